@@ -1,0 +1,1 @@
+"""The bundle: its manifest schema, verification, and the numpy arithmetic around ONNX."""

@@ -1,0 +1,186 @@
+"""The bundle's manifest: the one schema both sides of the bundle agree on.
+
+``training`` writes a :class:`Manifest` next to the ONNX files and ``app`` validates it on
+load. Every model has ``extra="forbid"`` so that a manifest from a newer writer, or a hand
+edit with a typo, is refused instead of being half-understood.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+SCHEMA_VERSION = 1
+MANIFEST_FILE = "manifest.json"
+LATEST_FILE = "LATEST"
+# Categorical missing values travel through every ONNX graph as this string, so the
+# experts' one-hot encoders and the gate see the same token the estimator saw in training.
+MISSING_TOKEN = "__missing__"
+
+Task = Literal["classification", "regression"]
+_SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+_SHA256 = re.compile(r"^[0-9a-f]{64}$")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+def check_safe_name(value: str, what: str) -> str:
+    """Reject names that could escape a directory or break a URL path segment."""
+    if not _SAFE_NAME.match(value):
+        raise ValueError(
+            f"{what} {value!r} must be 1-128 characters of letters, digits, '.', '_' or '-', "
+            "starting with a letter or digit"
+        )
+    return value
+
+
+class FeatureSpec(_Strict):
+    """One raw input column. ``categories`` lists the values seen in training."""
+
+    name: str
+    dtype: Literal["float", "string"]
+    categories: list[str] | None = None
+
+    @model_validator(mode="after")
+    def _categories_match_dtype(self) -> FeatureSpec:
+        if self.dtype == "string" and not self.categories:
+            raise ValueError(f"categorical feature {self.name!r} needs its categories")
+        if self.dtype == "float" and self.categories is not None:
+            raise ValueError(f"numeric feature {self.name!r} cannot have categories")
+        return self
+
+
+class TargetSpec(_Strict):
+    """The target: class labels, or the affine map from standardised to original units."""
+
+    name: str
+    classes: list[str] | list[int] | None = None
+    mean: float | None = None
+    scale: Annotated[float, Field(gt=0)] | None = None
+    # Range of the standardised training target; the regression prior integrates over it.
+    low: float | None = None
+    high: float | None = None
+
+
+class ExpertEntry(_Strict):
+    name: str
+    file: str
+    sha256: str
+    kind: Literal["sklearn", "xgboost", "onnx"]
+    inputs: list[str]
+    output: str
+    # Regression: the expert's predictive std in standardised units (OOF residual RMSE).
+    sigma: Annotated[float, Field(gt=0)] | None = None
+    # Regression experts trained here predict the standardised target; a user-supplied ONNX
+    # file predicts original units and is standardised on the way in.
+    output_units: Literal["standardised", "original"] | None = None
+    metrics: dict[str, float] = Field(default_factory=dict)
+
+    _name = field_validator("name")(lambda v: check_safe_name(v, "expert name"))
+
+    @field_validator("sha256")
+    @classmethod
+    def _hex(cls, v: str) -> str:
+        if not _SHA256.match(v):
+            raise ValueError("sha256 must be 64 lowercase hex characters")
+        return v
+
+
+class PriorSpec(_Strict):
+    """What serving needs to report the adaptive prior at a new input (METHOD.md §1)."""
+
+    baseline: list[float]
+    temperature: Annotated[float, Field(gt=0)]
+    reduction: Literal["mean", "sum"]
+    energy_scale: Literal["unit", "sigma"] = "unit"
+
+
+class GateEntry(_Strict):
+    file: str
+    sha256: str
+    combiner: str
+    inputs: list[str]
+    output: str = "weights"
+    params: dict[str, Any] = Field(default_factory=dict)
+    prior: PriorSpec | None = None
+
+    @field_validator("sha256")
+    @classmethod
+    def _hex(cls, v: str) -> str:
+        if not _SHA256.match(v):
+            raise ValueError("sha256 must be 64 lowercase hex characters")
+        return v
+
+
+class MixtureSpec(_Strict):
+    # Post-hoc temperature on the mixture (1.0 = none); see app.bundle.mixture.
+    temperature: Annotated[float, Field(gt=0)] = 1.0
+
+
+class Manifest(_Strict):
+    schema_version: Literal[1] = SCHEMA_VERSION
+    name: str
+    version: str
+    task: Task
+    features: list[FeatureSpec]
+    target: TargetSpec
+    experts: list[ExpertEntry]
+    gate: GateEntry
+    mixture: MixtureSpec = MixtureSpec()
+    missing_token: str = MISSING_TOKEN
+    training: dict[str, Any] = Field(default_factory=dict)
+    metrics: dict[str, dict[str, float]] = Field(default_factory=dict)
+    data_fingerprint: str
+    library_versions: dict[str, str] = Field(default_factory=dict)
+    created_at: datetime
+
+    _name = field_validator("name")(lambda v: check_safe_name(v, "bundle name"))
+    _version = field_validator("version")(lambda v: check_safe_name(v, "bundle version"))
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Manifest:
+        names = [f.name for f in self.features]
+        if len(set(names)) != len(names):
+            raise ValueError("feature names must be unique")
+        experts = [e.name for e in self.experts]
+        if len(experts) < 2 or len(set(experts)) != len(experts):
+            raise ValueError("a bundle needs at least two experts with unique names")
+        known = set(names)
+        for owner, inputs in [(e.name, e.inputs) for e in self.experts] + [
+            ("gate", self.gate.inputs)
+        ]:
+            unknown = sorted(set(inputs) - known)
+            if unknown:
+                raise ValueError(f"{owner} reads unknown features {unknown}")
+        if self.task == "classification":
+            if not self.target.classes or len(self.target.classes) < 2:
+                raise ValueError("a classification bundle needs at least two classes")
+        else:
+            if self.target.mean is None or self.target.scale is None:
+                raise ValueError("a regression bundle needs the target's mean and scale")
+            if any(e.sigma is None or e.output_units is None for e in self.experts):
+                raise ValueError("every regression expert needs sigma and output_units")
+        if self.gate.prior is not None and len(self.gate.prior.baseline) != len(experts):
+            raise ValueError("the prior baseline needs one value per expert")
+        files = [e.file for e in self.experts] + [self.gate.file]
+        if len(set(files)) != len(files):
+            raise ValueError("bundle files must be distinct")
+        for f in files:
+            if f.startswith("/") or ".." in f.split("/"):
+                raise ValueError(f"bundle file {f!r} must be a relative path inside the bundle")
+        return self
+
+    @property
+    def expert_names(self) -> list[str]:
+        return [e.name for e in self.experts]
+
+    def feature(self, name: str) -> FeatureSpec:
+        for f in self.features:
+            if f.name == name:
+                return f
+        raise KeyError(name)

@@ -1,0 +1,303 @@
+"""The IA-BMA estimators: experts, then the gate, following scikit-learn's conventions.
+
+``IABMAClassifier(experts).fit(X, y)`` fits the experts (out-of-fold by default), builds
+the evidence, encodes the gate features and fits the combiner (IA-BMA's posterior gate
+unless another combiner is given). Fitted attributes end in ``_``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections.abc import Sequence
+from typing import Any, ClassVar, Literal
+
+import numpy as np
+import pandas as pd
+from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin, clone
+
+from app.bundle.columns import Columns
+from app.bundle.mixture import ClassMixture, mix_classification, mix_regression
+from app.bundle.predictor import RegressionSummary, summarise_regression
+from app.bundle.prior import classification_energy, prior_from_energy, regression_energy
+from training.combiners.base import Combiner
+from training.errors import NotFittedError, ParameterError
+from training.evidence import Evidence, classification_evidence, regression_evidence
+from training.experts.fitting import ExpertSet
+from training.experts.spec import Expert
+from training.features import FeatureSchema
+from training.gate.encoder import GateEncoder
+from training.gate.iabma_gate import IABMAGate
+
+
+def as_frame(X: Any) -> pd.DataFrame:
+    if isinstance(X, pd.DataFrame):
+        return X
+    arr = np.asarray(X)
+    if arr.ndim != 2:
+        raise ParameterError("X", arr.shape, "must be 2-D (rows, features)")
+    return pd.DataFrame(arr, columns=[f"x{i}" for i in range(arr.shape[1])])
+
+
+def fingerprint(X: pd.DataFrame, y: np.ndarray) -> str:
+    h = hashlib.sha256()
+    h.update(",".join(map(str, X.columns)).encode())
+    h.update(pd.util.hash_pandas_object(X, index=False).to_numpy().tobytes())
+    h.update(pd.util.hash_pandas_object(pd.Series(y), index=False).to_numpy().tobytes())
+    return h.hexdigest()
+
+
+class _IABMABase(BaseEstimator):
+    _task: ClassVar[Literal["classification", "regression"]]
+
+    def __init__(
+        self,
+        experts: Sequence[Expert],
+        *,
+        combiner: Combiner | str | None = None,
+        gate_features: Sequence[str] | None = None,
+        categorical: Sequence[str] = (),
+        likelihood_source: Literal["oof", "holdout", "in_sample"] = "oof",
+        cv: int = 5,
+        holdout_fraction: float = 0.2,
+        random_state: int = 0,
+        verbose: bool = False,
+    ) -> None:
+        self.experts = experts
+        self.combiner = combiner
+        self.gate_features = gate_features
+        self.categorical = categorical
+        self.likelihood_source = likelihood_source
+        self.cv = cv
+        self.holdout_fraction = holdout_fraction
+        self.random_state = random_state
+        self.verbose = verbose
+
+    # -- hooks for the two tasks ----------------------------------------------------------
+    def _encode_target(self, y: pd.Series) -> np.ndarray:
+        raise TypeError  # pragma: no cover - both subclasses override
+
+    def _evidence(self, outputs: np.ndarray, y_fit: np.ndarray) -> Evidence:
+        raise TypeError  # pragma: no cover
+
+    def _standardise(self, outputs: np.ndarray) -> np.ndarray:
+        return outputs
+
+    # -- fitting ----------------------------------------------------------------------------
+    def _check_experts(self) -> list[Expert]:
+        experts = list(self.experts)
+        if len(experts) < 2:
+            raise ParameterError(
+                "experts", [e.name for e in experts], "needs at least two experts to combine"
+            )
+        names = [e.name for e in experts]
+        if len(set(names)) != len(names):
+            raise ParameterError("experts", names, "must have unique names")
+        for e in experts:
+            e.check(self._task)
+        return experts
+
+    def _make_combiner(self) -> Combiner:
+        if self.combiner is None:
+            return IABMAGate(random_state=self.random_state, verbose=self.verbose)
+        if isinstance(self.combiner, str):
+            from training.combiners.registry import make_combiner
+
+            return make_combiner(self.combiner, random_state=self.random_state)
+        if not isinstance(self.combiner, Combiner):
+            raise ParameterError("combiner", self.combiner, "must be a Combiner, a name, or None")
+        return clone(self.combiner)
+
+    def fit(self, X: Any, y: Any) -> _IABMABase:
+        X = as_frame(X)
+        y = pd.Series(np.asarray(y).ravel() if not isinstance(y, pd.Series) else y.to_numpy())
+        if len(y) != len(X):
+            raise ParameterError("y", len(y), f"has a different length from X ({len(X)} rows)")
+        missing = np.flatnonzero(y.isna().to_numpy())
+        if missing.size:
+            raise ParameterError(
+                "y",
+                f"{missing.size} missing values, first at row {missing[0]}",
+                "must not contain NaN or None",
+            )
+        experts = self._check_experts()
+        self.schema_ = FeatureSchema.infer(X, self.categorical)
+        y_fit = self._encode_target(y)
+        frame = self.schema_.frame(X)
+        self.experts_ = ExpertSet(
+            experts,
+            self._task,
+            n_classes=len(getattr(self, "classes_", [])),
+            likelihood_source=self.likelihood_source,
+            cv=self.cv,
+            holdout_fraction=self.holdout_fraction,
+            random_state=self.random_state,
+            verbose=self.verbose,
+        ).fit(frame, y_fit, self.schema_)
+        self.expert_names_ = [e.name for e in experts]
+        rows = self.experts_.evidence_rows_
+        self.evidence_ = self._evidence(self._standardise(self.experts_.predictions_), y_fit[rows])
+        gate_names = (
+            list(self.gate_features) if self.gate_features is not None else self.schema_.names
+        )
+        unknown = [g for g in gate_names if g not in self.schema_.names]
+        if unknown or not gate_names:
+            raise ParameterError("gate_features", unknown or gate_names, "must name columns of X")
+        self.encoder_ = GateEncoder(self.schema_.subset(gate_names))
+        columns = self.schema_.columns(X)
+        Z = self.encoder_.fit(columns).transform(columns)[rows]
+        t0 = time.perf_counter()
+        self.combiner_ = self._make_combiner().fit(Z, self.evidence_)
+        self.gate_fit_seconds_ = time.perf_counter() - t0
+        self.mixture_temperature_ = float(getattr(self.combiner_, "temperature_", 1.0))
+        self.data_fingerprint_ = fingerprint(X, y.to_numpy())
+        self.n_features_in_ = X.shape[1]
+        self.feature_names_in_ = np.asarray(X.columns, dtype=object)
+        return self
+
+    # -- prediction ---------------------------------------------------------------------------
+    def _check_is_fitted(self) -> None:
+        if not hasattr(self, "combiner_"):
+            raise NotFittedError(f"{type(self).__name__} is not fitted; call fit first")
+
+    def columns(self, X: Any) -> Columns:
+        self._check_is_fitted()
+        return self.schema_.columns(as_frame(X))
+
+    def weights(self, X: Any) -> np.ndarray:
+        """``alpha(x)``: (n, m) weights per expert, rows on the simplex."""
+        Z = self.encoder_.transform(self.columns(X))
+        return self.combiner_.weights(Z)
+
+    def expert_outputs(self, X: Any) -> np.ndarray:
+        """(n, m, C) probabilities, or (n, m) means in standardised units."""
+        self._check_is_fitted()
+        return self._standardise(self.experts_.predict_raw(self.schema_.frame(as_frame(X))))
+
+    def prior(self, X: Any) -> np.ndarray:
+        """The adaptive prior ``p(J = j | x_{1:n}, x)`` at new inputs (IA-BMA gates only)."""
+        self._check_is_fitted()
+        gate = self.combiner_
+        if not isinstance(gate, IABMAGate):
+            raise ParameterError("combiner", gate.name, "has no adaptive prior; only 'iabma' does")
+        out = self.expert_outputs(X)
+        if self._task == "classification":
+            energy = classification_energy(out)
+        else:
+            ev = self.evidence_
+            scale = ev.sigmas if gate.energy_scale == "sigma" else 1.0
+            energy = regression_energy(out, scale, ev.y_low, ev.y_high)
+        return prior_from_energy(energy, gate.prior_baseline_, gate.prior_temperature_)
+
+
+class IABMAClassifier(ClassifierMixin, _IABMABase):
+    """Input-adaptive Bayesian model averaging of classifiers.
+
+    Parameters
+    ----------
+    experts : sequence of Expert
+        At least two; an :class:`~training.experts.spec.ExpertRegistry` works too.
+    combiner : Combiner, str or None
+        The gate; IA-BMA's :class:`~training.gate.iabma_gate.IABMAGate` when None.
+    gate_features : sequence of str, optional
+        Raw features the gate reads (all by default).
+    categorical : sequence of str
+        Columns to treat as categorical even if numeric.
+    likelihood_source : {"oof", "holdout", "in_sample"}
+        Where L comes from (METHOD.md §3).
+    cv : int
+        Folds for ``"oof"``.
+    holdout_fraction : float
+        Calibration share for ``"holdout"``.
+    random_state : int
+    verbose : bool
+        Progress bars.
+    """
+
+    _task = "classification"
+
+    def _encode_target(self, y: pd.Series) -> np.ndarray:
+        values = y.to_numpy()
+        if values.dtype.kind == "f":
+            if not np.all(np.isfinite(values)) or not np.all(values == np.round(values)):
+                raise ParameterError(
+                    "y",
+                    "non-integer float values",
+                    "look like a regression target; use IABMARegressor",
+                )
+            values = values.astype(np.int64)
+        if values.dtype.kind not in "iub":
+            values = values.astype(str)
+        self.classes_, codes = np.unique(values, return_inverse=True)
+        if len(self.classes_) < 2:
+            raise ParameterError(
+                "y", self.classes_.tolist(), "has a single class; need at least two"
+            )
+        return codes.astype(np.int64)
+
+    def _evidence(self, outputs: np.ndarray, y_fit: np.ndarray) -> Evidence:
+        return classification_evidence(outputs, y_fit)
+
+    def mixture(self, X: Any) -> ClassMixture:
+        return mix_classification(
+            self.weights(X), self.expert_outputs(X), self.mixture_temperature_
+        )
+
+    def predict_proba(self, X: Any) -> np.ndarray:
+        return self.mixture(X).proba
+
+    def predict(self, X: Any) -> np.ndarray:
+        return self.classes_[self.predict_proba(X).argmax(axis=1)]
+
+
+class IABMARegressor(RegressorMixin, _IABMABase):
+    """Input-adaptive Bayesian model averaging of regressors.
+
+    Experts fit a standardised target and have Gaussian likelihoods whose std
+    ``sigmas_[j]`` is the RMSE of their out-of-fold residuals. Parameters as for
+    :class:`IABMAClassifier`.
+    """
+
+    _task = "regression"
+
+    def _encode_target(self, y: pd.Series) -> np.ndarray:
+        try:
+            values = pd.to_numeric(y).to_numpy(dtype=np.float64)
+        except (TypeError, ValueError):
+            raise ParameterError(
+                "y", str(y.dtype), "is not numeric; a regression target must be"
+            ) from None
+        if not np.all(np.isfinite(values)):
+            raise ParameterError("y", "infinite values", "must be finite")
+        std = float(values.std())
+        if std <= 1e-12 * max(1.0, abs(float(values.mean()))):
+            raise ParameterError("y", float(values[0]), "is constant; there is nothing to predict")
+        self.y_mean_, self.y_scale_ = float(values.mean()), std
+        y_std = (values - self.y_mean_) / self.y_scale_
+        self.y_low_, self.y_high_ = float(y_std.min()), float(y_std.max())
+        return y_std
+
+    def _standardise(self, outputs: np.ndarray) -> np.ndarray:
+        out = np.array(outputs, dtype=np.float64)
+        for j, e in enumerate(self.experts):
+            if e.kind == "onnx" and e.output_units == "original":
+                out[:, j] = (out[:, j] - self.y_mean_) / self.y_scale_
+        return out
+
+    def _evidence(self, outputs: np.ndarray, y_fit: np.ndarray) -> Evidence:
+        self.sigmas_ = np.sqrt(np.mean((outputs - y_fit[:, None]) ** 2, axis=0))
+        self.sigmas_ = np.maximum(self.sigmas_, 1e-6)
+        return regression_evidence(
+            outputs, y_fit, self.sigmas_, y_low=self.y_low_, y_high=self.y_high_
+        )
+
+    def distribution(self, X: Any) -> RegressionSummary:
+        """Mean, std, 90% interval and the variance split, in the target's units."""
+        reg = mix_regression(
+            self.weights(X), self.expert_outputs(X), self.sigmas_, self.mixture_temperature_
+        )
+        return summarise_regression(reg, self.y_mean_, self.y_scale_)
+
+    def predict(self, X: Any) -> np.ndarray:
+        reg = mix_regression(self.weights(X), self.expert_outputs(X), self.sigmas_, 1.0)
+        return reg.mean * self.y_scale_ + self.y_mean_

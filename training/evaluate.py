@@ -1,0 +1,64 @@
+"""Test-set scores of a fitted estimator, the uniform average and each expert alone.
+
+All three go through the same mixture code with different weights, so they differ only by
+the weights.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from app.bundle.mixture import mix_classification, mix_regression
+from training.estimator import IABMAClassifier, IABMARegressor
+from training.metrics import classification_scores, regression_scores
+
+
+def encode_y(est: IABMAClassifier | IABMARegressor, y: Any) -> np.ndarray:
+    """Class codes, or the standardised target, in the estimator's own encoding."""
+    y = np.asarray(y).ravel()
+    if isinstance(est, IABMAClassifier):
+        lookup = {c: i for i, c in enumerate(est.classes_.tolist())}
+        labels = y.astype(est.classes_.dtype) if est.classes_.dtype.kind in "iub" else y.astype(str)
+        return np.array([lookup[v] for v in labels.tolist()], dtype=np.int64)
+    return (y.astype(np.float64) - est.y_mean_) / est.y_scale_
+
+
+def score(
+    est: IABMAClassifier | IABMARegressor,
+    outputs: np.ndarray,
+    weights: np.ndarray,
+    y_enc: np.ndarray,
+    temperature: float = 1.0,
+) -> dict[str, float]:
+    if isinstance(est, IABMAClassifier):
+        return classification_scores(mix_classification(weights, outputs, temperature).proba, y_enc)
+    mix = mix_regression(weights, outputs, est.sigmas_, temperature)
+    return regression_scores(mix, y_enc, est.y_scale_, mix.quantile(0.05), mix.quantile(0.95))
+
+
+def evaluate(est: IABMAClassifier | IABMARegressor, X: Any, y: Any) -> dict[str, Any]:
+    """``{"iabma": scores, "uniform": scores, "experts": {name: scores}}`` on ``(X, y)``."""
+    y_enc = encode_y(est, y)
+    outputs = est.expert_outputs(X)
+    n, m = outputs.shape[:2]
+    result: dict[str, Any] = {
+        est.combiner_.name: score(est, outputs, est.weights(X), y_enc, est.mixture_temperature_),
+        "uniform": score(est, outputs, np.full((n, m), 1.0 / m), y_enc),
+        "experts": {},
+    }
+    for j, name in enumerate(est.expert_names_):
+        onehot = np.zeros((n, m))
+        onehot[:, j] = 1.0
+        result["experts"][name] = score(est, outputs, onehot, y_enc)
+    return result
+
+
+def format_table(rows: dict[str, dict[str, float]], metrics: list[str]) -> str:
+    width = max(len(r) for r in rows) + 2
+    head = "method".ljust(width) + "".join(m.rjust(12) for m in metrics)
+    lines = [head, "-" * len(head)]
+    for name, scores in rows.items():
+        lines.append(name.ljust(width) + "".join(f"{scores[m]:12.4f}" for m in metrics))
+    return "\n".join(lines)

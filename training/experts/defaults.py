@@ -1,0 +1,78 @@
+"""Ready-made expert sets: the default set for any CSV, and the paper's simulation set."""
+
+from __future__ import annotations
+
+from sklearn.compose import ColumnTransformer
+from sklearn.discriminant_analysis import LinearDiscriminantAnalysis
+from sklearn.ensemble import (
+    HistGradientBoostingClassifier,
+    HistGradientBoostingRegressor,
+    RandomForestClassifier,
+    RandomForestRegressor,
+)
+from sklearn.linear_model import LogisticRegression, Ridge
+from sklearn.neighbors import KNeighborsClassifier, KNeighborsRegressor
+from sklearn.neural_network import MLPClassifier, MLPRegressor
+from sklearn.pipeline import Pipeline
+from sklearn.preprocessing import PolynomialFeatures, StandardScaler
+
+from training.experts.soft_circle import SoftCircleClassifier
+from training.experts.spec import Expert
+
+# Forests are capped: fully grown ones export to 6-38 MB of ONNX (TOOLCHAIN.md).
+FOREST = {"n_estimators": 100, "max_depth": 12, "min_samples_leaf": 3, "n_jobs": 2}
+# kNN keeps uniform weights: skl2onnx converts weights="distance" wrongly (TOOLCHAIN.md).
+KNN_NEIGHBOURS = 15
+
+
+def default_experts(task: str, random_state: int = 0) -> list[Expert]:
+    """Linear model, random forest, kNN, histogram gradient boosting and an MLP."""
+    rs = random_state
+    if task == "classification":
+        models = {
+            "linear": LogisticRegression(max_iter=2000),
+            "forest": RandomForestClassifier(random_state=rs, **FOREST),
+            "knn": KNeighborsClassifier(n_neighbors=KNN_NEIGHBOURS),
+            "hgb": HistGradientBoostingClassifier(max_iter=200, random_state=rs),
+            "mlp": MLPClassifier(
+                hidden_layer_sizes=(64, 32), early_stopping=True, max_iter=300, random_state=rs
+            ),
+        }
+    else:
+        models = {
+            "linear": Ridge(alpha=1.0),
+            "forest": RandomForestRegressor(random_state=rs, **FOREST),
+            "knn": KNeighborsRegressor(n_neighbors=KNN_NEIGHBOURS),
+            "hgb": HistGradientBoostingRegressor(max_iter=200, random_state=rs),
+            "mlp": MLPRegressor(
+                hidden_layer_sizes=(64, 32), early_stopping=True, max_iter=300, random_state=rs
+            ),
+        }
+    return [Expert(name, model) for name, model in models.items()]
+
+
+def _raw_xy(model: object) -> Pipeline:
+    """Hand the two raw coordinates to ``model`` unscaled: the circles live in raw units."""
+    select = ColumnTransformer([("xy", "passthrough", ["x1", "x2"])])
+    return Pipeline([("select", select), ("model", model)])
+
+
+def _poly(degree: int) -> Pipeline:
+    return Pipeline(
+        [
+            ("poly", PolynomialFeatures(degree, include_bias=False)),
+            ("scale", StandardScaler()),
+            ("lr", LogisticRegression(max_iter=5000)),
+        ]
+    )
+
+
+def simulation_experts() -> list[Expert]:
+    """Polynomial LR (degrees 2, 3), LDA, and two soft-circle experts (paper appendix)."""
+    return [
+        Expert("poly2", _poly(2)),
+        Expert("poly3", _poly(3)),
+        Expert("lda", LinearDiscriminantAnalysis()),
+        Expert("circle", _raw_xy(SoftCircleClassifier()), preprocess="none"),
+        Expert("circle_fit", _raw_xy(SoftCircleClassifier(fit_center=True)), preprocess="none"),
+    ]

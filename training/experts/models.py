@@ -1,0 +1,113 @@
+"""Turning a registered :class:`Expert` into something that predicts on normalised frames.
+
+``predict_raw`` returns ``(n, C)`` probabilities for every class of the task (classes an
+estimator never saw get probability 0 before clipping) or ``(n,)`` means, in the units
+the expert was fitted in.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnxruntime as ort
+import pandas as pd
+from sklearn.base import clone
+from sklearn.compose import ColumnTransformer
+from sklearn.impute import SimpleImputer
+from sklearn.pipeline import Pipeline
+from sklearn.preprocessing import OneHotEncoder, StandardScaler
+
+from app.bundle.columns import numeric_column, string_column
+from app.bundle.manifest import MISSING_TOKEN
+from training.errors import ParameterError
+from training.experts.spec import Expert
+from training.features import FeatureSchema
+
+
+def encoder_for(schema: FeatureSchema) -> ColumnTransformer:
+    """Median-impute and scale numbers; one-hot categories, ignoring unseen levels."""
+    parts: list[tuple[str, Any, list[str]]] = []
+    if schema.numeric:
+        num = Pipeline([("impute", SimpleImputer(strategy="median")), ("scale", StandardScaler())])
+        parts.append(("num", num, schema.numeric))
+    if schema.categorical:
+        onehot = OneHotEncoder(handle_unknown="ignore", sparse_output=False, dtype=np.float32)
+        parts.append(("cat", onehot, schema.categorical))
+    return ColumnTransformer(parts, remainder="drop", sparse_threshold=0.0)
+
+
+def build_estimator(expert: Expert, schema: FeatureSchema) -> Any:
+    """A fresh, unfitted estimator for ``expert`` reading ``schema``'s columns."""
+    model = clone(expert.model)
+    if expert.preprocess == "none":
+        return model
+    return Pipeline([("encode", encoder_for(schema)), ("model", model)])
+
+
+class SklearnExpertModel:
+    """A fitted sklearn/XGBoost estimator behind the common ``predict_raw``."""
+
+    def __init__(self, estimator: Any, schema: FeatureSchema, task: str, n_classes: int) -> None:
+        self.estimator = estimator
+        self.schema = schema
+        self.task = task
+        self.n_classes = n_classes
+
+    def predict_raw(self, frame: pd.DataFrame) -> np.ndarray:
+        X = frame[self.schema.names]
+        if self.task == "regression":
+            return np.asarray(self.estimator.predict(X), dtype=np.float64).reshape(-1)
+        proba = np.asarray(self.estimator.predict_proba(X), dtype=np.float64)
+        seen = np.asarray(self.estimator.classes_, dtype=np.int64)
+        out = np.zeros((len(X), self.n_classes))
+        out[:, seen] = proba
+        return out
+
+
+def onnx_feed(session: ort.InferenceSession, frame: pd.DataFrame) -> dict[str, np.ndarray]:
+    """The columns ``session`` declares as inputs, built from a normalised frame."""
+    cols = {}
+    for inp in session.get_inputs():
+        values = frame[inp.name].tolist()
+        if inp.type == "tensor(string)":
+            cols[inp.name] = string_column(values, MISSING_TOKEN)
+        else:
+            cols[inp.name] = numeric_column(values)
+    return cols
+
+
+class OnnxExpertModel:
+    """An existing ONNX file, run with onnxruntime; it is never refitted."""
+
+    def __init__(self, expert: Expert, task: str, n_classes: int) -> None:
+        self.path = Path(expert.model)
+        self.task = task
+        self.n_classes = n_classes
+        try:
+            self.session = ort.InferenceSession(str(self.path), providers=["CPUExecutionProvider"])
+        except Exception as exc:  # onnxruntime's errors are untyped
+            raise ParameterError("model", str(self.path), f"cannot be loaded: {exc}") from None
+        self.inputs = [i.name for i in self.session.get_inputs()]
+        outputs = [o.name for o in self.session.get_outputs()]
+        if expert.output is not None:
+            if expert.output not in outputs:
+                raise ParameterError("output", expert.output, f"is not one of {outputs}")
+            self.output = expert.output
+        else:
+            # skl2onnx classifiers put (label, probabilities); regressors a single output.
+            self.output = outputs[-1] if task == "classification" else outputs[0]
+
+    def predict_raw(self, frame: pd.DataFrame) -> np.ndarray:
+        (out,) = self.session.run([self.output], onnx_feed(self.session, frame))
+        out = np.asarray(out, dtype=np.float64)
+        if self.task == "regression":
+            return out.reshape(-1)
+        if out.ndim != 2 or out.shape[1] != self.n_classes:
+            raise ParameterError(
+                "model",
+                str(self.path),
+                f"outputs shape {out.shape}, expected (n, {self.n_classes}) probabilities",
+            )
+        return out

@@ -1,0 +1,238 @@
+"""Write a fitted estimator as a versioned bundle: ``<store>/<name>/<version>/``.
+
+The version is assembled in a hidden temporary directory: ONNX files first, each checked
+against the in-memory model, then ``manifest.json`` with their sha256s, written last. The
+directory is renamed into place (atomic on one filesystem) and only then does ``LATEST``
+change, by an atomic rename too. A reader never sees half a bundle.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import shutil
+import stat
+from datetime import UTC, datetime
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnxruntime as ort
+import pandas as pd
+
+from app.bundle.loader import sha256_file
+from app.bundle.manifest import (
+    LATEST_FILE,
+    MANIFEST_FILE,
+    ExpertEntry,
+    GateEntry,
+    Manifest,
+    MixtureSpec,
+    PriorSpec,
+    TargetSpec,
+    check_safe_name,
+)
+from training.errors import ExportError, ParameterError
+from training.estimator import IABMAClassifier, IABMARegressor, as_frame
+from training.export.experts import write_expert
+from training.export.graph import GraphBuilder
+from training.gate.iabma_gate import IABMAGate
+
+GATE_TOL = 1e-5
+LIBRARIES = (
+    "numpy",
+    "scikit-learn",
+    "torch",
+    "onnx",
+    "onnxruntime",
+    "skl2onnx",
+    "onnxmltools",
+    "xgboost",
+    "xgboost-cpu",
+    "pandas",
+)
+
+
+def library_versions() -> dict[str, str]:
+    out = {"python": platform.python_version()}
+    for lib in LIBRARIES:
+        try:
+            out[lib] = metadata.version(lib)
+        except metadata.PackageNotFoundError:
+            continue
+    return out
+
+
+def new_version(root: Path) -> str:
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    version, k = stamp, 1
+    while (root / version).exists():
+        k += 1
+        version = f"{stamp}-{k}"
+    return version
+
+
+def write_gate(est: IABMAClassifier | IABMARegressor, path: Path, X_check: pd.DataFrame) -> float:
+    g = GraphBuilder("iabma_gate")
+    z = est.encoder_.to_onnx(g)
+    g.add_output("weights", est.combiner_.to_onnx(g, z))
+    path.write_bytes(g.build().SerializeToString())
+    sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    cols = est.columns(X_check)
+    (got,) = sess.run(["weights"], {i.name: cols[i.name] for i in sess.get_inputs()})
+    diff = float(np.max(np.abs(np.asarray(got, np.float64) - est.weights(X_check))))
+    if diff > GATE_TOL:
+        raise ExportError(f"the ONNX gate disagrees with the fitted gate by {diff:.3g}")
+    return diff
+
+
+def _target(est: IABMAClassifier | IABMARegressor, target_name: str) -> TargetSpec:
+    if isinstance(est, IABMAClassifier):
+        classes = est.classes_.tolist()
+        return TargetSpec(
+            name=target_name, classes=[c if isinstance(c, int) else str(c) for c in classes]
+        )
+    return TargetSpec(
+        name=target_name, mean=est.y_mean_, scale=est.y_scale_, low=est.y_low_, high=est.y_high_
+    )
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def publish_latest(root: Path, version: str) -> None:
+    tmp = root / f".{LATEST_FILE}.{os.getpid()}"
+    with tmp.open("w", encoding="utf-8") as fh:
+        fh.write(version + "\n")
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, root / LATEST_FILE)
+    _fsync_dir(root)
+
+
+def export_bundle(
+    est: IABMAClassifier | IABMARegressor,
+    store: Path | str,
+    name: str,
+    X_check: Any,
+    *,
+    target_name: str = "y",
+    version: str | None = None,
+    metrics: dict[str, dict[str, float]] | None = None,
+    expert_metrics: dict[str, dict[str, float]] | None = None,
+    training: dict[str, Any] | None = None,
+    publish: bool = True,
+) -> Path:
+    """Export ``est`` and return the new version's directory.
+
+    ``X_check`` holds raw rows (e.g. the test split) on which every ONNX graph must agree
+    with the in-memory estimator before the bundle is written.
+    """
+    if not hasattr(est, "combiner_"):
+        raise ParameterError("est", type(est).__name__, "is not fitted")
+    try:
+        check_safe_name(name, "name")
+    except ValueError as exc:
+        raise ParameterError("name", name, str(exc)) from None
+    X_check = as_frame(X_check).head(512)
+    root = Path(store) / name
+    root.mkdir(parents=True, exist_ok=True)
+    version = version or new_version(root)
+    check_safe_name(version, "version")
+    if (root / version).exists():
+        raise ParameterError(
+            "version", version, f"already exists under {root}; versions are immutable"
+        )
+    tmp = root / f".tmp-{version}-{os.getpid()}"
+    (tmp / "experts").mkdir(parents=True)
+    try:
+        sample = est.schema_.frame(X_check)
+        experts = []
+        for ename, spec, model in zip(
+            est.expert_names_, est.experts, est.experts_.models_, strict=True
+        ):
+            rel = f"experts/{ename}.onnx"
+            output, inputs, _ = write_expert(model, ename, tmp / rel, sample)
+            regression = isinstance(est, IABMARegressor)
+            units = (
+                (spec.output_units if spec.kind == "onnx" else "standardised")
+                if regression
+                else None
+            )
+            experts.append(
+                ExpertEntry(
+                    name=ename,
+                    file=rel,
+                    sha256=sha256_file(tmp / rel),
+                    kind=spec.kind,
+                    inputs=inputs,
+                    output=output,
+                    sigma=float(est.sigmas_[len(experts)]) if regression else None,
+                    output_units=units,
+                    metrics=(expert_metrics or {}).get(ename, {}),
+                )
+            )
+        gate_diff = write_gate(est, tmp / "gate.onnx", X_check)
+        comb = est.combiner_
+        prior = None
+        if isinstance(comb, IABMAGate):
+            prior = PriorSpec(
+                baseline=comb.prior_baseline_.tolist(),
+                temperature=comb.prior_temperature_,
+                reduction=comb.energy_reduction,
+                energy_scale=comb.energy_scale,
+            )
+        info = {
+            "likelihood_source": est.likelihood_source,
+            "cv": est.cv,
+            "random_state": est.random_state,
+            "gate_fit_seconds": round(est.gate_fit_seconds_, 4),
+            "gate_parity_max_abs_diff": gate_diff,
+            "n_train_rows": int(est.evidence_.n),
+            **(training or {}),
+        }
+        manifest = Manifest(
+            name=name,
+            version=version,
+            task=est._task,
+            features=list(est.schema_.features),
+            target=_target(est, target_name),
+            experts=experts,
+            gate=GateEntry(
+                file="gate.onnx",
+                sha256=sha256_file(tmp / "gate.onnx"),
+                combiner=comb.name,
+                inputs=est.encoder_.schema.names,
+                params=comb.manifest_params(),
+                prior=prior,
+            ),
+            mixture=MixtureSpec(temperature=est.mixture_temperature_),
+            training=info,
+            metrics=metrics or {},
+            data_fingerprint=est.data_fingerprint_,
+            library_versions=library_versions(),
+            created_at=datetime.now(UTC),
+        )
+        text = json.dumps(manifest.model_dump(mode="json"), indent=2, sort_keys=False)
+        with (tmp / MANIFEST_FILE).open("w", encoding="utf-8") as fh:
+            fh.write(text + "\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+        for f in tmp.rglob("*"):
+            if f.is_file():
+                f.chmod(stat.S_IRUSR | stat.S_IRGRP | stat.S_IROTH)
+        os.rename(tmp, root / version)
+        _fsync_dir(root)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    if publish:
+        publish_latest(root, version)
+    return root / version

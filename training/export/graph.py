@@ -1,0 +1,93 @@
+"""A small builder for hand-written ONNX graphs (the gates' preprocessing and combiners).
+
+Writing these few operators directly keeps the gate graph exact and small: the same
+float32 arrays that the in-memory gate multiplies are the graph's initializers.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+OPSET = 17
+ML_OPSET = 3
+FLOAT = TensorProto.FLOAT
+STRING = TensorProto.STRING
+INT64 = TensorProto.INT64
+
+
+class GraphBuilder:
+    """Accumulates nodes, initializers, inputs and outputs; names are made unique."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.nodes: list[onnx.NodeProto] = []
+        self.initializers: list[onnx.TensorProto] = []
+        self.inputs: list[onnx.ValueInfoProto] = []
+        self.outputs: list[onnx.ValueInfoProto] = []
+        self._ids = itertools.count()
+
+    def fresh(self, hint: str) -> str:
+        return f"{hint}_{next(self._ids)}"
+
+    def add_input(self, name: str, elem_type: int, width: int = 1) -> str:
+        self.inputs.append(helper.make_tensor_value_info(name, elem_type, [None, width]))
+        return name
+
+    def add_output(self, name: str, source: str, elem_type: int = FLOAT) -> str:
+        self.op("Identity", [source], out=name)
+        self.outputs.append(helper.make_tensor_value_info(name, elem_type, [None, None]))
+        return name
+
+    def const(self, value: np.ndarray | float | int | Sequence[float], hint: str = "c") -> str:
+        arr = np.asarray(value)
+        if arr.dtype == np.float64:
+            arr = arr.astype(np.float32)
+        name = self.fresh(hint)
+        self.initializers.append(numpy_helper.from_array(arr, name))
+        return name
+
+    def op(
+        self,
+        op_type: str,
+        inputs: Sequence[str],
+        *,
+        out: str | None = None,
+        domain: str = "",
+        **attrs: object,
+    ) -> str:
+        out = out or self.fresh(op_type.lower())
+        self.nodes.append(helper.make_node(op_type, list(inputs), [out], domain=domain, **attrs))
+        return out
+
+    def softmax_rows(self, logits: str) -> str:
+        return self.op("Softmax", [logits], axis=1)
+
+    def build(self) -> onnx.ModelProto:
+        graph = helper.make_graph(
+            self.nodes, self.name, self.inputs, self.outputs, initializer=self.initializers
+        )
+        model = helper.make_model(
+            graph,
+            opset_imports=[
+                helper.make_opsetid("", OPSET),
+                helper.make_opsetid("ai.onnx.ml", ML_OPSET),
+            ],
+            producer_name="iabma",
+        )
+        model.ir_version = 8
+        onnx.checker.check_model(model, full_check=True)
+        return model
+
+
+def dense_layers(g: GraphBuilder, x: str, layers: Sequence[tuple[np.ndarray, np.ndarray]]) -> str:
+    """``ReLU(x W + b)`` for every layer but the last, which stays linear (the logits)."""
+    for i, (w, b) in enumerate(layers):
+        x = g.op("Add", [g.op("MatMul", [x, g.const(w, "W")]), g.const(b.reshape(1, -1), "b")])
+        if i < len(layers) - 1:
+            x = g.op("Relu", [x])
+    return x

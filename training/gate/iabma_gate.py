@@ -1,0 +1,275 @@
+"""IA-BMA's gate: the amortised posterior ``q_theta(J | x)`` trained against the adaptive prior.
+
+With ``"auto"`` settings the gate chooses its own variant on an inner validation split of
+the *training* rows (never on test data): every candidate ``(objective, kl_weight,
+prior_temperature)`` trains at once as one batched network, the lowest mixture NLL wins,
+and the winner is refitted on all the training rows. See METHOD.md §2 and §2a.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+from typing import Any, Literal
+
+import numpy as np
+
+from app.bundle.mixture import mix_classification, mix_regression
+from training.combiners.base import Combiner, check_fit_inputs
+from training.errors import ParameterError
+from training.evidence import Evidence, prior_energy
+from training.export.graph import GraphBuilder, dense_layers
+from training.gate.net import HIDDEN, mlp_logits, softmax_f32
+from training.gate.trainer import Member, train_members
+from training.prior import baseline_for_new_inputs, log_prior_at_training_points
+from training.splits import inner_split
+
+KL_GRID = (0.0, 0.01, 0.03, 0.1, 0.3, 1.0)
+PRIOR_TEMPERATURE_GRID = (1.0, 4.0)
+TEMPERATURE_GRID = np.exp(np.linspace(np.log(0.5), np.log(3.0), 41))
+
+
+class IABMAGate(Combiner):
+    """Input-adaptive BMA weights: ``alpha(x) = q_theta(x)``.
+
+    Parameters
+    ----------
+    kl_weight : float or "auto", default="auto"
+        ``lambda_KL``. ``"auto"`` picks from ``kl_grid`` by validation mixture NLL.
+    objective : {"elbo", "marginal", "auto"}, default="auto"
+        ``"elbo"`` is the paper's beta-ELBO ``E_q[log f] - lambda KL(q || prior)``;
+        ``"marginal"`` is ``log E_q[f] - lambda KL(q || prior)``, the mixture likelihood
+        regularised toward the prior. ``"auto"`` tries both.
+    prior_temperature : float or "auto", default=1.0
+        ``tau`` in ``prior = softmax(E / tau)``; larger flattens the prior.
+        ``"auto"`` tries ``prior_temperature_grid``.
+    energy_reduction : {"mean", "sum"}, default="mean"
+        How the baseline ``B_j`` reduces the other training points' energies. ``"sum"`` is
+        the paper taken literally: then the leave-one-out energy is the same at every
+        training point, so the prior does not adapt, and it grows with n until it is
+        one-hot. It is kept only to reproduce the paper.
+    energy_scale : {"unit", "sigma"}, default="unit"
+        Regression only: the std ``s`` of the Gaussian in the energy. ``"sigma"`` makes
+        the prior favour the noisiest expert, so the paper's ``s = 1`` is the default.
+    mc_samples : int or None
+        Regression only: estimate the energy by Monte Carlo with this many samples
+        instead of the closed form.
+    temperature : float, "auto" or None, default=None
+        Post-hoc temperature of the mixture, fitted on the inner validation split.
+    early_stopping : bool, default=False
+        Pick the number of epochs by validation mixture NLL as well.
+    validation_fraction : float, default=0.2
+        Share of the training rows held out for the choices above.
+    search_max_rows : int or None, default=6000
+        Cap on the inner training rows used while comparing candidates; the final refit
+        uses every row. Keeps ``"auto"`` affordable on large data.
+    hidden_layer_sizes, learning_rate, batch_size, epochs : network and Adam settings.
+    random_state : int
+        Seeds the split, the initialisation and the minibatch order.
+    """
+
+    name = "iabma"
+
+    def __init__(
+        self,
+        kl_weight: float | Literal["auto"] = "auto",
+        objective: Literal["elbo", "marginal", "auto"] = "auto",
+        prior_temperature: float | Literal["auto"] = 1.0,
+        energy_reduction: Literal["mean", "sum"] = "mean",
+        energy_scale: Literal["unit", "sigma"] = "unit",
+        mc_samples: int | None = None,
+        temperature: float | Literal["auto"] | None = None,
+        early_stopping: bool = False,
+        validation_fraction: float = 0.2,
+        search_max_rows: int | None = 6000,
+        kl_grid: Sequence[float] = KL_GRID,
+        prior_temperature_grid: Sequence[float] = PRIOR_TEMPERATURE_GRID,
+        hidden_layer_sizes: Sequence[int] = HIDDEN,
+        learning_rate: float = 1e-3,
+        batch_size: int = 64,
+        epochs: int = 10,
+        random_state: int = 0,
+        verbose: bool = False,
+    ) -> None:
+        self.kl_weight = kl_weight
+        self.objective = objective
+        self.prior_temperature = prior_temperature
+        self.energy_reduction = energy_reduction
+        self.energy_scale = energy_scale
+        self.mc_samples = mc_samples
+        self.temperature = temperature
+        self.early_stopping = early_stopping
+        self.validation_fraction = validation_fraction
+        self.search_max_rows = search_max_rows
+        self.kl_grid = kl_grid
+        self.prior_temperature_grid = prior_temperature_grid
+        self.hidden_layer_sizes = hidden_layer_sizes
+        self.learning_rate = learning_rate
+        self.batch_size = batch_size
+        self.epochs = epochs
+        self.random_state = random_state
+        self.verbose = verbose
+
+    # -- parameter checks ---------------------------------------------------------------
+    def _grid(self, value: Any, grid: Sequence[float], param: str) -> list[float]:
+        if value == "auto":
+            return [float(v) for v in grid]
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+            raise ParameterError(param, value, "must be a non-negative number or 'auto'")
+        return [float(value)]
+
+    def _validate(self) -> tuple[list[str], list[float], list[float]]:
+        objectives = ["elbo", "marginal"] if self.objective == "auto" else [self.objective]
+        if any(o not in ("elbo", "marginal") for o in objectives):
+            raise ParameterError(
+                "objective", self.objective, "must be 'elbo', 'marginal' or 'auto'"
+            )
+        lams = self._grid(self.kl_weight, self.kl_grid, "kl_weight")
+        taus = self._grid(self.prior_temperature, self.prior_temperature_grid, "prior_temperature")
+        if any(t <= 0 for t in taus):
+            raise ParameterError("prior_temperature", self.prior_temperature, "must be positive")
+        if self.energy_reduction not in ("mean", "sum"):
+            raise ParameterError(
+                "energy_reduction", self.energy_reduction, "must be 'mean' or 'sum'"
+            )
+        if self.energy_scale not in ("unit", "sigma"):
+            raise ParameterError("energy_scale", self.energy_scale, "must be 'unit' or 'sigma'")
+        if not 0.05 <= float(self.validation_fraction) <= 0.5:
+            raise ParameterError(
+                "validation_fraction", self.validation_fraction, "must be in [0.05, 0.5]"
+            )
+        for p in ("batch_size", "epochs"):
+            v = getattr(self, p)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ParameterError(p, v, "must be a positive integer")
+        if not float(self.learning_rate) > 0:
+            raise ParameterError("learning_rate", self.learning_rate, "must be positive")
+        t = self.temperature
+        if t is not None and t != "auto" and not (isinstance(t, (int, float)) and t > 0):
+            raise ParameterError("temperature", t, "must be a positive number, 'auto' or None")
+        return objectives, lams, taus
+
+    # -- fitting --------------------------------------------------------------------------
+    def fit(self, Z: np.ndarray, evidence: Evidence) -> IABMAGate:
+        Z = check_fit_inputs(Z, evidence)
+        objectives, lams, taus = self._validate()
+        energy = prior_energy(
+            evidence,
+            energy_scale=self.energy_scale,
+            mc_samples=self.mc_samples,
+            random_state=self.random_state,
+        )
+        log_priors = np.stack(
+            [log_prior_at_training_points(energy, self.energy_reduction, t) for t in taus]
+        )
+        # At lambda = 0 the prior has no effect: one member per objective is enough.
+        members = sorted(
+            {
+                Member(o, lam, 0 if lam == 0 else k)
+                for o, lam, (k, _) in itertools.product(objectives, lams, enumerate(taus))
+            },
+            key=lambda mb: (mb.objective, mb.kl_weight, mb.prior_index),
+        )
+        searching = len(members) > 1 or self.early_stopping or self.temperature == "auto"
+        chosen, epochs, self.temperature_ = members[0], self.epochs, 1.0
+        self.search_results_: list[dict[str, Any]] = []
+        if searching:
+            chosen, epochs = self._search(Z, evidence, log_priors, members, taus)
+        elif isinstance(self.temperature, (int, float)):
+            self.temperature_ = float(self.temperature)
+        result = train_members(
+            Z, evidence.log_lik, log_priors, [chosen], epochs=epochs, **self._net_kwargs()
+        )
+        self.layers_ = result.layers[0]
+        self.selected_ = {
+            "objective": chosen.objective,
+            "kl_weight": chosen.kl_weight,
+            "prior_temperature": taus[chosen.prior_index],
+            "epochs": int(epochs),
+            "temperature": self.temperature_,
+        }
+        self.prior_baseline_ = baseline_for_new_inputs(energy, self.energy_reduction)
+        self.prior_temperature_ = taus[chosen.prior_index]
+        self.n_features_in_ = Z.shape[1]
+        return self
+
+    def _net_kwargs(self) -> dict[str, Any]:
+        return {
+            "hidden": tuple(self.hidden_layer_sizes),
+            "learning_rate": float(self.learning_rate),
+            "batch_size": int(self.batch_size),
+            "random_state": int(self.random_state),
+            "progress": bool(self.verbose),
+        }
+
+    def _search(
+        self,
+        Z: np.ndarray,
+        ev: Evidence,
+        log_priors: np.ndarray,
+        members: list[Member],
+        taus: list[float],
+    ) -> tuple[Member, int]:
+        """Train every candidate on the inner split; return the winner and its epochs."""
+        tr, va = inner_split(
+            ev.y, ev.task, self.validation_fraction, self.random_state, self.search_max_rows
+        )
+        res = train_members(
+            Z[tr],
+            ev.log_lik[tr],
+            log_priors[:, tr],
+            members,
+            epochs=self.epochs,
+            validation=(Z[va], ev.log_lik[va]),
+            keep_best=self.early_stopping,
+            **self._net_kwargs(),
+        )
+        assert res.val_nll is not None
+        k_epochs = res.kept_epoch
+        scores = res.val_nll[k_epochs - 1, np.arange(len(members))]
+        best = int(np.argmin(scores))
+        for k, mb in enumerate(members):
+            self.search_results_.append(
+                {
+                    "objective": mb.objective,
+                    "kl_weight": mb.kl_weight,
+                    "prior_temperature": taus[mb.prior_index],
+                    "epochs": int(k_epochs[k]),
+                    "val_nll": float(scores[k]),
+                }
+            )
+        if self.temperature == "auto":
+            w_val = softmax_f32(mlp_logits(Z[va], res.layers[best]))
+            self.temperature_ = fit_mixture_temperature(w_val, ev.rows(va))
+        elif self.temperature is not None:
+            self.temperature_ = float(self.temperature)
+        return members[best], int(k_epochs[best])
+
+    # -- prediction and export ------------------------------------------------------------
+    def weights(self, Z: np.ndarray) -> np.ndarray:
+        self._check_fitted("layers_")
+        return softmax_f32(mlp_logits(Z, self.layers_))
+
+    def to_onnx(self, g: GraphBuilder, z: str) -> str:
+        self._check_fitted("layers_")
+        return g.softmax_rows(dense_layers(g, z, self.layers_))
+
+    def manifest_params(self) -> dict[str, Any]:
+        params = super().manifest_params()
+        params["selected"] = dict(getattr(self, "selected_", {}))
+        return params
+
+
+def mixture_nll(weights: np.ndarray, ev: Evidence, temperature: float) -> float:
+    """Mean NLL of the mixture on the rows of ``ev``, after the mixture temperature."""
+    if ev.proba is not None:
+        p = mix_classification(weights, ev.proba, temperature).proba
+        return float(-np.mean(np.log(np.clip(p[np.arange(ev.n), ev.y], 1e-300, None))))
+    assert ev.means is not None and ev.sigmas is not None
+    return float(-np.mean(mix_regression(weights, ev.means, ev.sigmas, temperature).logpdf(ev.y)))
+
+
+def fit_mixture_temperature(weights: np.ndarray, ev: Evidence) -> float:
+    """The temperature on a log grid (0.5 to 3) with the lowest validation NLL."""
+    nlls = [mixture_nll(weights, ev, float(t)) for t in TEMPERATURE_GRID]
+    return float(TEMPERATURE_GRID[int(np.argmin(nlls))])
