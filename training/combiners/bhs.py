@@ -6,6 +6,7 @@ import numpy as np
 from onnx import TensorProto
 from scipy.optimize import minimize
 from scipy.special import logsumexp, softmax
+from threadpoolctl import threadpool_limits
 
 from training.combiners.base import Combiner, check_fit_inputs, constant_weights_onnx
 from training.combiners.static import cast, check_features, const_f64
@@ -112,13 +113,16 @@ class BHSCombiner(Combiner):
             return loss, grad
 
         tol = float(self.tol)
-        res = minimize(
-            objective,
-            np.zeros((m - 1) * (d + 1)),
-            jac=True,
-            method="L-BFGS-B",
-            options={"maxiter": int(self.max_iter), "gtol": tol, "ftol": tol, "maxcor": 20},
-        )
+        # L-BFGS-B makes many tiny BLAS calls; waking OpenBLAS's threads for each one made
+        # the fit 20 times slower (2.5 s instead of 0.13 s at n = 450, d = 57).
+        with threadpool_limits(limits=1, user_api="blas"):
+            res = minimize(
+                objective,
+                np.zeros((m - 1) * (d + 1)),
+                jac=True,
+                method="L-BFGS-B",
+                options={"maxiter": int(self.max_iter), "gtol": tol, "ftol": tol, "maxcor": 20},
+            )
         self.intercept_ = np.append(res.x[: m - 1], 0.0)
         self.coef_ = np.hstack([res.x[m - 1 :].reshape(d, m - 1), np.zeros((d, 1))])
         self.n_iter_ = int(res.nit)

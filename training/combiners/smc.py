@@ -122,7 +122,7 @@ class SMCCombiner(Combiner):
         """
         Z = check_fit_inputs(Z, evidence)
         self._validate()
-        n, d = Z.shape
+        d = Z.shape[1]
         if d == 0:
             raise ParameterError("Z", Z.shape, "needs at least one feature column for densities")
         domains = self._domains(evidence)

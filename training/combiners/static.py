@@ -3,6 +3,9 @@
 Each learns one weight vector from the evidence and broadcasts it to every row, so its ONNX
 form is a constant (:func:`~training.combiners.base.constant_weights_onnx`). The uniform
 average lives in :mod:`training.combiners.base`.
+
+The helpers at the top (width check, float64 ONNX constants and casts) are shared by the
+other baselines of this package; the adaptive ones compute their graphs in float64.
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ def const_f64(g: GraphBuilder, value: np.ndarray | float, hint: str = "c") -> st
 
 
 def cast(g: GraphBuilder, x: str, to: int = TensorProto.DOUBLE) -> str:
+    """``Cast`` node; to float64 by default."""
     return g.op("Cast", [x], to=to)
 
 

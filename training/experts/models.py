@@ -26,12 +26,21 @@ from training.experts.spec import Expert
 from training.features import FeatureSchema
 
 
-def encoder_for(schema: FeatureSchema) -> ColumnTransformer:
-    """Median-impute and scale numbers; one-hot categories, ignoring unseen levels."""
+def is_tree_model(model: Any) -> bool:
+    """Trees are scale-invariant, and scaling in front of them costs ONNX parity: float32
+    scaling in the graph can move a value across a split threshold."""
+    module = type(model).__module__
+    return module.startswith(("sklearn.ensemble", "sklearn.tree", "xgboost", "lightgbm"))
+
+
+def encoder_for(schema: FeatureSchema, scale: bool = True) -> ColumnTransformer:
+    """Median-impute (and scale) numbers; one-hot categories, ignoring unseen levels."""
     parts: list[tuple[str, Any, list[str]]] = []
     if schema.numeric:
-        num = Pipeline([("impute", SimpleImputer(strategy="median")), ("scale", StandardScaler())])
-        parts.append(("num", num, schema.numeric))
+        steps: list[tuple[str, Any]] = [("impute", SimpleImputer(strategy="median"))]
+        if scale:
+            steps.append(("scale", StandardScaler()))
+        parts.append(("num", Pipeline(steps), schema.numeric))
     if schema.categorical:
         onehot = OneHotEncoder(handle_unknown="ignore", sparse_output=False, dtype=np.float32)
         parts.append(("cat", onehot, schema.categorical))
@@ -43,7 +52,8 @@ def build_estimator(expert: Expert, schema: FeatureSchema) -> Any:
     model = clone(expert.model)
     if expert.preprocess == "none":
         return model
-    return Pipeline([("encode", encoder_for(schema)), ("model", model)])
+    encoder = encoder_for(schema, scale=not is_tree_model(model))
+    return Pipeline([("encode", encoder), ("model", model)])
 
 
 class SklearnExpertModel:

@@ -6,12 +6,20 @@ Each member ``k`` maximises, per point, one of the objectives of METHOD.md §2:
 - ``"marginal"``: ``log sum_j q_j f_j(y_i|x_i) - lambda_k KL(q || p_i)``; at
   ``lambda = 0`` this is the mixture-of-experts likelihood.
 
-``p_i`` is member ``k``'s log prior at training point ``i``. Members are independent: the
+``p_i`` is member ``k``'s prior at training point ``i``. Members are independent: their
 summed loss gives each its own gradient, and Adam's update is elementwise.
+
+The network is tiny, so autograd's bookkeeping, not arithmetic, dominated a step (0.64 ms
+against 0.16 ms). The step below therefore writes the gradient of the objective in closed
+form: with ``q = softmax(a)``, ``d/da sum_j q_j L_j = q * (L - <q, L>)``,
+``d/da logsumexp(log q + L) = softmax(log q + L) - q`` and
+``d/da KL(q||p) = q * (log q - log p - KL)``. :func:`member_objective` is the autograd
+reference; a test checks the two agree.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
@@ -22,6 +30,8 @@ import torch
 from training.gate.net import HIDDEN, PosteriorNet
 
 Objective = Literal["elbo", "marginal"]
+BETAS = (0.9, 0.999)
+EPS = 1e-8
 
 
 @dataclass(frozen=True)
@@ -38,6 +48,21 @@ class TrainResult:
     kept_epoch: np.ndarray  # (K,) 1-based epoch whose parameters were kept
 
 
+def member_objective(
+    logits: torch.Tensor,
+    log_lik: torch.Tensor,
+    log_prior: torch.Tensor,
+    kl_weight: torch.Tensor,
+    marginal: torch.Tensor,
+) -> torch.Tensor:
+    """(K,) mean per-point objective; differentiable reference for the manual gradient."""
+    lq = torch.log_softmax(logits, dim=-1)
+    q = lq.exp()
+    fit = torch.where(marginal, torch.logsumexp(lq + log_lik, dim=-1), (q * log_lik).sum(-1))
+    kl = (q * (lq - log_prior)).sum(-1)
+    return (fit - kl_weight * kl).mean(dim=1)
+
+
 class _Threads:
     """Pin torch to one thread while training: the gate is too small to gain from two."""
 
@@ -49,10 +74,72 @@ class _Threads:
         torch.set_num_threads(self.saved)
 
 
-def _mixture_nll(logits: torch.Tensor, log_lik: torch.Tensor) -> torch.Tensor:
-    """(K, n) logits + (n, m) L -> (K,) mean of ``-log sum_j q_j f_j(y|x)``."""
-    lq = torch.log_softmax(logits, dim=-1)
-    return -torch.logsumexp(lq + log_lik, dim=-1).mean(dim=-1)
+class _FlatAdam:
+    """All parameters in one flat tensor with per-layer views; Adam as in torch.optim."""
+
+    def __init__(self, net: PosteriorNet, lr: float) -> None:
+        tensors = [*net.weights, *net.biases]
+        self.theta = torch.cat([t.detach().reshape(-1) for t in tensors])
+        self.grad = torch.zeros_like(self.theta)
+        self.m = torch.zeros_like(self.theta)
+        self.v = torch.zeros_like(self.theta)
+        self.lr, self.t = lr, 0
+        self.shapes = [tuple(t.shape) for t in tensors]
+        offsets = np.cumsum([0] + [math.prod(s) for s in self.shapes])
+        self.params = [
+            self.theta[a:b].view(s)
+            for a, b, s in zip(offsets[:-1], offsets[1:], self.shapes, strict=True)
+        ]
+        self.grads = [
+            self.grad[a:b].view(s)
+            for a, b, s in zip(offsets[:-1], offsets[1:], self.shapes, strict=True)
+        ]
+        self.n_layers = len(net.weights)
+
+    @property
+    def W(self) -> list[torch.Tensor]:
+        return self.params[: self.n_layers]
+
+    @property
+    def b(self) -> list[torch.Tensor]:
+        return self.params[self.n_layers :]
+
+    def step(self) -> None:
+        b1, b2 = BETAS
+        self.t += 1
+        self.m.mul_(b1).add_(self.grad, alpha=1 - b1)
+        self.v.mul_(b2).addcmul_(self.grad, self.grad, value=1 - b2)
+        step_size = self.lr / (1 - b1**self.t)
+        denom = (self.v.sqrt() / math.sqrt(1 - b2**self.t)).add_(EPS)
+        self.theta.addcdiv_(self.m, denom, value=-step_size)
+
+    def load_into(self, net: PosteriorNet) -> None:
+        with torch.no_grad():
+            for p, v in zip([*net.weights, *net.biases], self.params, strict=True):
+                p.copy_(v)
+
+
+def _forward(opt: _FlatAdam, z: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    """Logits (K, B, m) and the hidden activations after ReLU (input first)."""
+    W, b = opt.W, opt.b
+    h = torch.matmul(z, W[0]) + b[0]
+    hidden = [z]
+    for i in range(1, len(W)):
+        h = torch.relu(h)
+        hidden.append(h)
+        h = torch.baddbmm(b[i], h, W[i])
+    return h, hidden
+
+
+def _backward(opt: _FlatAdam, g: torch.Tensor, hidden: list[torch.Tensor]) -> None:
+    """Fill ``opt.grad`` from ``g`` = d loss / d logits, layer by layer."""
+    W, gW, gb = opt.W, opt.grads[: opt.n_layers], opt.grads[opt.n_layers :]
+    for i in range(len(W) - 1, 0, -1):
+        torch.bmm(hidden[i].transpose(1, 2), g, out=gW[i])
+        torch.sum(g, dim=1, keepdim=True, out=gb[i])
+        g = torch.bmm(g, W[i].transpose(1, 2)) * (hidden[i] > 0)
+    torch.matmul(hidden[0].t(), g, out=gW[0])
+    torch.sum(g, dim=1, keepdim=True, out=gb[0])
 
 
 def train_members(
@@ -70,7 +157,7 @@ def train_members(
     keep_best: bool = False,
     progress: bool = False,
 ) -> TrainResult:
-    """Train ``len(members)`` networks in one pass.
+    """Train ``len(members)`` networks in one pass over the data.
 
     Parameters
     ----------
@@ -86,68 +173,90 @@ def train_members(
     if keep_best and validation is None:
         raise ValueError("keep_best needs validation rows")
     n, m = log_lik.shape
+    K = len(members)
     gen = torch.Generator().manual_seed(int(random_state))
-    with _Threads():
-        net = PosteriorNet(Z.shape[1], m, hidden, len(members), generator=gen)
-        opt = torch.optim.Adam(net.parameters(), lr=learning_rate)
+    with _Threads(), torch.no_grad():
+        net = PosteriorNet(Z.shape[1], m, hidden, K, generator=gen)
+        opt = _FlatAdam(net, float(learning_rate))
         z_t = torch.from_numpy(np.ascontiguousarray(Z, dtype=np.float32))
         l_t = torch.from_numpy(np.ascontiguousarray(log_lik, dtype=np.float32))
-        lp_t = torch.from_numpy(np.ascontiguousarray(log_priors, dtype=np.float32))
-        prior_idx = torch.tensor([mb.prior_index for mb in members])
-        lam = torch.tensor([mb.kl_weight for mb in members], dtype=torch.float32)[:, None]
-        marginal = torch.tensor([mb.objective == "marginal" for mb in members])[:, None]
-        use_elbo = bool((~marginal).any())
-        use_marginal = bool(marginal.any())
+        used = sorted({mb.prior_index for mb in members})
+        lp_np = (
+            np.stack([log_priors[mb.prior_index] for mb in members], axis=1)
+            if len(used) > 1
+            else log_priors[used[0]][:, None, :]
+        )
+        lp_t = torch.from_numpy(np.ascontiguousarray(lp_np, dtype=np.float32))  # (n, K|1, m)
+        lam = torch.tensor([mb.kl_weight for mb in members], dtype=torch.float32)[:, None, None]
+        any_kl = bool((lam > 0).any())
+        marginal = torch.tensor([mb.objective == "marginal" for mb in members])[:, None, None]
+        all_marginal, all_elbo = bool(marginal.all()), bool((~marginal).all())
         if validation is not None:
             zv = torch.from_numpy(np.ascontiguousarray(validation[0], dtype=np.float32))
             lv = torch.from_numpy(np.ascontiguousarray(validation[1], dtype=np.float32))
-        history, best_nll = [], torch.full((len(members),), float("inf"))
-        kept = np.full(len(members), epochs)
-        snapshot = [p.detach().clone() for p in net.parameters()]
+        history, best_nll = [], torch.full((K,), float("inf"))
+        kept = np.full(K, epochs)
+        best_theta = opt.theta.clone()
+        member_of = _member_index(opt, K)
         bar = _progress(epochs, progress)
         for epoch in range(epochs):
+            # One gather per epoch; the minibatches below are then contiguous views.
             order = torch.randperm(n, generator=gen)
+            z_e, l_e, lp_e = z_t[order], l_t[order], lp_t[order]
             for start in range(0, n, batch_size):
-                idx = order[start : start + batch_size]
-                lq = torch.log_softmax(net(z_t[idx]), dim=-1)  # (K, B, m)
-                L = l_t[idx]
+                stop = min(start + batch_size, n)
+                logits, hidden_acts = _forward(opt, z_e[start:stop])
+                lq = torch.log_softmax(logits, dim=-1)
                 q = lq.exp()
-                fit = torch.zeros(lq.shape[:2])
-                if use_elbo:
-                    fit = (q * L).sum(-1)
-                if use_marginal:
-                    fit = torch.where(marginal, torch.logsumexp(lq + L, dim=-1), fit)
-                lp = lp_t[:, idx][prior_idx]  # (K, B, m)
-                kl = (q * (lq - lp)).sum(-1)
-                loss = -(fit - lam * kl).mean(dim=1).sum()
-                opt.zero_grad(set_to_none=True)
-                loss.backward()
+                L = l_e[start:stop]
+                if all_marginal:
+                    g = torch.softmax(lq + L, dim=-1) - q
+                elif all_elbo:
+                    g = q * (L - (q * L).sum(-1, keepdim=True))
+                else:
+                    g = torch.where(
+                        marginal,
+                        torch.softmax(lq + L, dim=-1) - q,
+                        q * (L - (q * L).sum(-1, keepdim=True)),
+                    )
+                if any_kl:
+                    diff = lq - lp_e[start:stop].transpose(0, 1)
+                    g = g - lam * q * (diff - (q * diff).sum(-1, keepdim=True))
+                _backward(opt, g * (-1.0 / (stop - start)), hidden_acts)
                 opt.step()
             if validation is not None:
-                with torch.no_grad():
-                    nll = _mixture_nll(net(zv), lv)
+                nll = _mixture_nll(_forward(opt, zv)[0], lv)
                 history.append(nll.numpy().copy())
                 if keep_best:
                     better = nll < best_nll
                     best_nll = torch.where(better, nll, best_nll)
                     kept[better.numpy()] = epoch + 1
-                    for saved, p in zip(snapshot, net.parameters(), strict=True):
-                        saved[better] = p.detach()[better]
+                    mask = better[member_of]
+                    best_theta[mask] = opt.theta[mask]
             bar.update(1)
         bar.close()
         if keep_best:
-            with torch.no_grad():
-                for saved, p in zip(snapshot, net.parameters(), strict=True):
-                    p.copy_(saved)
-        layers = [net.member_layers(k) for k in range(len(members))]
+            opt.theta.copy_(best_theta)
+        opt.load_into(net)
+        layers = [net.member_layers(k) for k in range(K)]
     return TrainResult(
-        layers=layers,
-        val_nll=np.stack(history) if history else None,
-        kept_epoch=kept,
+        layers=layers, val_nll=np.stack(history) if history else None, kept_epoch=kept
     )
 
 
-def _progress(total: int, enabled: bool):
+def _member_index(opt: _FlatAdam, K: int) -> torch.Tensor:
+    """For each entry of the flat parameter vector, the member it belongs to."""
+    parts = [torch.arange(K).repeat_interleave(math.prod(s[1:])) for s in opt.shapes]
+    return torch.cat(parts)
+
+
+def _mixture_nll(logits: torch.Tensor, log_lik: torch.Tensor) -> torch.Tensor:
+    """(K, n) logits + (n, m) L -> (K,) mean of ``-log sum_j q_j f_j(y|x)``."""
+    lq = torch.log_softmax(logits, dim=-1)
+    return -torch.logsumexp(lq + log_lik, dim=-1).mean(dim=-1)
+
+
+def _progress(total: int, enabled: bool):  # noqa: ANN202 - tqdm's type is private
     from tqdm.auto import tqdm
 
     return tqdm(total=total, desc="gate epochs", disable=not enabled, leave=False)
