@@ -166,8 +166,8 @@ class _IABMABase(BaseEstimator):
 
     def weights(self, X: Any) -> np.ndarray:
         """``alpha(x)``: (n, m) weights per expert, rows on the simplex."""
-        Z = self.encoder_.transform(self.columns(X))
-        return self.combiner_.weights(Z)
+        columns = self.columns(X)
+        return self.combiner_.weights(self.encoder_.transform(columns))
 
     def expert_outputs(self, X: Any) -> np.ndarray:
         """(n, m, C) probabilities, or (n, m) means in standardised units."""

@@ -18,7 +18,8 @@ from app.bundle.manifest import MISSING_TOKEN, FeatureSpec
 from training.errors import ParameterError
 
 # Strings that mean "missing" in the CSVs this tool reads (the paper's UCI preprocessing).
-MISSING_STRINGS = frozenset({"", "?", "na", "nan", "null", "none", "unknown"})
+# Not "none": credit-g uses it as a real level ("no other parties").
+MISSING_STRINGS = frozenset({"", "?", "na", "n/a", "nan", "null", "unknown"})
 
 
 def _is_numeric(series: pd.Series) -> bool:

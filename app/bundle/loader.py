@@ -15,6 +15,7 @@ from pathlib import Path
 import onnxruntime as ort
 from pydantic import ValidationError
 
+from app.bundle.columns import feed, numeric_column, string_column
 from app.bundle.manifest import LATEST_FILE, MANIFEST_FILE, Manifest, check_safe_name
 
 
@@ -131,4 +132,37 @@ def open_bundle(path: Path, *, intra_op_threads: int = 1) -> OpenedBundle:
 
     experts = {e.name: session(e.file, e.inputs, e.output) for e in manifest.experts}
     gate = session(manifest.gate.file, manifest.gate.inputs, manifest.gate.output)
-    return OpenedBundle(path=path, manifest=manifest, experts=experts, gate=gate)
+    bundle = OpenedBundle(path=path, manifest=manifest, experts=experts, gate=gate)
+    check_shapes(bundle)
+    return bundle
+
+
+def check_shapes(bundle: OpenedBundle) -> None:
+    """Run one all-missing row through every graph: the widths must match the manifest.
+
+    This also warms the sessions up, so the first request does not pay for it.
+    """
+    m = bundle.manifest
+    row = {
+        f.name: numeric_column([None])
+        if f.dtype == "float"
+        else string_column([None], m.missing_token)
+        for f in m.features
+    }
+    try:
+        (w,) = bundle.gate.run([m.gate.output], feed(row, m.gate.inputs))
+    except Exception as exc:  # onnxruntime's errors are untyped
+        raise BundleError(f"{m.gate.file} fails on a row of missing values: {exc}") from None
+    if w.shape != (1, len(m.experts)):
+        raise BundleError(
+            f"{m.gate.file}: gate outputs {w.shape[-1]} weights, the manifest lists "
+            f"{len(m.experts)} experts"
+        )
+    width = len(m.target.classes or []) if m.task == "classification" else 1
+    for e in m.experts:
+        try:
+            (out,) = bundle.experts[e.name].run([e.output], feed(row, e.inputs))
+        except Exception as exc:
+            raise BundleError(f"{e.file} fails on a row of missing values: {exc}") from None
+        if out.reshape(1, -1).shape[1] != width:
+            raise BundleError(f"{e.file} outputs {out.shape}, expected {width} value(s) per row")

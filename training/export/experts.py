@@ -122,7 +122,8 @@ def check_parity(
     if got.shape != want.shape or diff > PARITY_TOL * max(1.0, float(np.abs(want).max())):
         raise ExportError(
             f"expert {name!r}: its ONNX graph disagrees with the fitted model "
-            f"(max abs diff {diff:.3g} on {len(sample)} rows); refusing to export it"
+            f"(max abs diff {diff:.3g} on {len(sample)} rows); refusing to export it. Known "
+            "causes: kNN with weights='distance', kNN on rows with exactly tied distances"
         )
     return diff
 

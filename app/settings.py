@@ -1,0 +1,106 @@
+"""Every knob of the service, read from ``IABMA_*`` environment variables.
+
+:func:`load_settings` is called by ``create_app`` (never at import time) and turns a bad
+value into one :class:`SettingsError` line that names the environment variable, so a
+misconfigured container fails at start-up and says why.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import Field, SecretStr, ValidationError, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+from sqlalchemy.engine import URL, make_url
+from sqlalchemy.exc import ArgumentError
+
+ENV_PREFIX = "IABMA_"
+DEFAULT_AUDIT_URL = "sqlite:///./var/audit.db"
+
+
+class SettingsError(Exception):
+    """A setting that cannot be used; the message starts with the variable's name."""
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="ignore", frozen=True)
+
+    store: Path = Field(Path("models_store"), description="directory holding the bundles")
+    model_name: str = Field("demo", min_length=1, description="bundle name under the store")
+    model_version: str | None = Field(None, description="pin a version instead of LATEST")
+
+    audit_url: str = Field(DEFAULT_AUDIT_URL, description="SQLAlchemy URL of the audit trail")
+    audit_payload: Literal["full", "hash", "off"] = Field(
+        "hash", description="what the trail keeps of each input: all of it, its sha256, nothing"
+    )
+    audit_batch_max: int = Field(256, ge=1, le=10_000, description="records per group commit")
+    audit_timeout_seconds: float = Field(
+        10.0, gt=0, le=600, description="wait for a commit, and for the store at start-up"
+    )
+
+    max_batch_rows: int = Field(1000, ge=1, le=1_000_000)
+    max_body_bytes: int = Field(1_048_576, ge=1024, le=1_073_741_824)
+
+    admin_token: SecretStr | None = Field(None, description="enables POST /admin/reload")
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+    log_format: Literal["json", "text"] = "json"
+    ort_intra_op_threads: int = Field(1, ge=1, le=256)
+    unknown_category: Literal["reject", "missing"] = Field(
+        "reject", description="an unseen category: a 422 naming it, or treated as missing"
+    )
+    drain_seconds: float = Field(
+        0.0, ge=0, le=300, description="after SIGTERM, keep serving this long with /readyz 503"
+    )
+
+    @field_validator("log_level", mode="before")
+    @classmethod
+    def _upper(cls, v: Any) -> Any:
+        return v.upper() if isinstance(v, str) else v
+
+    @field_validator("model_version", "admin_token", mode="before")
+    @classmethod
+    def _blank_is_unset(cls, v: Any) -> Any:
+        # Compose files often pass VAR= to mean "not set".
+        return None if isinstance(v, str) and not v.strip() else v
+
+    @field_validator("audit_url")
+    @classmethod
+    def _audit_url(cls, v: str) -> str:
+        return str(normalise_audit_url(v).render_as_string(hide_password=False))
+
+
+def normalise_audit_url(text: str) -> URL:
+    """SQLite files and PostgreSQL through psycopg 3 are the two supported trails."""
+    try:
+        url = make_url(text)
+    except ArgumentError:
+        raise ValueError(f"{text!r} is not a database URL") from None
+    backend = url.get_backend_name()
+    if backend == "sqlite":
+        if url.database in (None, "", ":memory:") or url.database.startswith("file::memory:"):
+            raise ValueError("an in-memory SQLite trail is not durable; give a file path")
+        return url
+    if backend == "postgresql":
+        if url.get_driver_name() not in ("psycopg", "psycopg2"):
+            raise ValueError("PostgreSQL is reached through psycopg: use postgresql+psycopg://")
+        # psycopg2 is not installed in the serving image; psycopg 3 speaks the same URLs.
+        return url.set(drivername="postgresql+psycopg")
+    raise ValueError(f"the audit trail lives in SQLite or PostgreSQL, not {backend!r}")
+
+
+def _describe(err: dict[str, Any]) -> str:
+    field = str(err["loc"][0]) if err.get("loc") else ""
+    var = f"{ENV_PREFIX}{field.upper()}" if field else ENV_PREFIX + "*"
+    msg = str(err["msg"]).removeprefix("Value error, ")
+    if field == "admin_token":
+        return f"{var}: {msg}"
+    return f"{var}: {msg} (got {err.get('input')!r})"
+
+
+def load_settings(**overrides: Any) -> Settings:
+    """Read the environment (plus ``overrides``); raise :class:`SettingsError` if invalid."""
+    try:
+        return Settings(**overrides)
+    except ValidationError as exc:
+        raise SettingsError("; ".join(_describe(e) for e in exc.errors())) from None

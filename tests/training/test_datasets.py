@@ -1,0 +1,97 @@
+"""Reading data: the shared CSVs, the simulation, and clear errors for unusable CSVs."""
+
+from __future__ import annotations
+
+import hashlib
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from training.datasets import SHARED, load_csv, load_shared, simulate
+from training.errors import ParameterError
+
+SHA256 = {
+    "spambase": "f61035a509a20e4c94a63d2db2c86fe660ed443dbc16aadf76e7d8abb37725c0",
+    "credit-g": "38b6dbf6fb4b0311a3ffc005730f42623128591fb36473ab3c22d270c0467632",
+    "bike": "b03a2d02e8c10f435c43c7f0b358b7e34a003afea53dbc37f0183f2763295133",
+    "california": "94ef369b909f5c725340b512b7c9a05c1550a554b6592d29303990e3ba521a1f",
+}
+
+
+@pytest.mark.parametrize("name", sorted(SHARED))
+def test_shared_csvs_are_the_verified_files(name, data_dir) -> None:
+    digest = hashlib.sha256((data_dir / SHARED[name].file).read_bytes()).hexdigest()
+    assert digest == SHA256[name]
+    data = load_shared(name, data_dir)
+    assert len(data.X) == len(data.y) >= 1000
+    if name == "bike":
+        assert not {"casual", "registered", "instant", "dteday"} & set(data.X.columns)
+
+
+def test_simulation_matches_the_paper_generator() -> None:
+    d = simulate(1000, random_state=3)
+    assert d.X.shape == (1000, 2) and (d.region == 0).sum() == 500
+    lin = d.X[d.region == 0].to_numpy()
+    circ = d.X[d.region == 1].to_numpy()
+    assert np.allclose(lin.mean(axis=0), [-1, 0], atol=0.06)
+    assert np.allclose(lin.var(axis=0), 0.1, atol=0.02)
+    r = np.linalg.norm(circ - [1, 0], axis=1)
+    assert r.max() <= np.sqrt(2) + 1e-12
+    assert np.array_equal(d.y[d.region == 1].to_numpy(), (r < 1).astype(int))
+    assert np.array_equal(d.y[d.region == 0].to_numpy(), (lin.sum(axis=1) > -1).astype(int))
+    assert simulate(50, 3).X.equals(simulate(50, 3).X)
+
+
+@pytest.fixture()
+def csv(tmp_path):
+    def write(df: pd.DataFrame) -> str:
+        path = tmp_path / "t.csv"
+        df.to_csv(path, index=False)
+        return str(path)
+
+    return write
+
+
+def frame(n: int = 80) -> pd.DataFrame:
+    rng = np.random.default_rng(0)
+    return pd.DataFrame({"a": rng.normal(size=n), "b": rng.choice(["x", "y"], n),
+                         "t": rng.normal(size=n), "c": rng.integers(0, 2, n)})
+
+
+def test_unusable_csvs_get_errors_that_name_the_problem(csv) -> None:
+    good = frame()
+    with pytest.raises(ParameterError, match=r"target='price' is not a column of t.csv; columns"):
+        load_csv(csv(good), "price", "regression")
+    with pytest.raises(ParameterError, match="target='t' is constant"):
+        load_csv(csv(good.assign(t=1.5)), "t", "regression")
+    with pytest.raises(ParameterError, match="target='c' has a single class"):
+        load_csv(csv(good.assign(c=1)), "c", "classification")
+    with pytest.raises(ParameterError, match="has 40 usable rows; at least 50"):
+        load_csv(csv(frame(40)), "t", "regression")
+    with pytest.raises(ParameterError, match="task='regression' does not match target 'b'"):
+        load_csv(csv(good), "b", "regression")
+    with pytest.raises(ParameterError, match="task='classification' does not match target 't'"):
+        load_csv(csv(good), "t", "classification")
+    with pytest.raises(ParameterError, match="task='ranking'"):
+        load_csv(csv(good), "t", "ranking")
+    with pytest.raises(ParameterError, match=r"drop=\['zz'\]"):
+        load_csv(csv(good), "t", "regression", drop=["zz"])
+    gaps = good.copy()
+    gaps.loc[[3, 9], "t"] = np.nan
+    with pytest.raises(ParameterError, match="has 2 missing values .first at data row 4"):
+        load_csv(csv(gaps), "t", "regression")
+    with pytest.raises(ParameterError, match="does not exist"):
+        load_csv("/nonexistent.csv", "t", "regression")
+
+
+def test_unknown_tokens_become_missing(csv) -> None:
+    df = frame()
+    df["b"] = df["b"].astype(object)
+    df.loc[0, "b"] = " ? "
+    df.loc[1, "b"] = "NA"
+    df["a"] = df["a"].astype(object)
+    df.loc[2, "a"] = "?"
+    data = load_csv(csv(df), "t", "regression")
+    assert data.X["b"].isna().sum() == 2
+    assert pd.api.types.is_numeric_dtype(data.X["a"]) and data.X["a"].isna().sum() == 1
