@@ -15,6 +15,8 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError
 
+from app.bundle.manifest import check_safe_name
+
 ENV_PREFIX = "IABMA_"
 DEFAULT_AUDIT_URL = "sqlite:///./var/audit.db"
 
@@ -63,6 +65,16 @@ class Settings(BaseSettings):
     def _blank_is_unset(cls, v: Any) -> Any:
         # Compose files often pass VAR= to mean "not set".
         return None if isinstance(v, str) and not v.strip() else v
+
+    @field_validator("model_name")
+    @classmethod
+    def _safe_name(cls, v: str) -> str:
+        return check_safe_name(v, "model name")
+
+    @field_validator("model_version")
+    @classmethod
+    def _safe_version(cls, v: str | None) -> str | None:
+        return None if v is None else check_safe_name(v, "model version")
 
     @field_validator("audit_url")
     @classmethod

@@ -16,10 +16,11 @@ from training.errors import IABMAError
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="iabma", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
-    from training.commands import serve, train
+    from training.commands import bench, serve, train
 
     train.add_parser(sub)
     serve.add_parser(sub)
+    bench.add_parser(sub)
     return parser
 
 

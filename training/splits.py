@@ -39,7 +39,7 @@ def inner_split(
     """Indices ``(train, validation)``; train is subsampled to ``max_train_rows`` if set."""
     n = len(y)
     idx = np.arange(n)
-    n_val = max(int(round(fraction * n)), 1)
+    n_val = max(round(fraction * n), 1)
     if n - n_val < 2:
         raise ParameterError("n_samples", n, "is too small to hold out a validation split")
     tr, va = train_test_split(
@@ -79,7 +79,7 @@ def holdout_split(data: Dataset, test_size: float, random_state: int) -> tuple[D
 
     y = data.y.to_numpy()
     idx = np.arange(len(y))
-    n_test = max(int(round(test_size * len(y))), 1)
+    n_test = max(round(test_size * len(y)), 1)
     labels = strata(y, data.task)
     tr, te = train_test_split(
         idx, test_size=n_test, random_state=random_state, stratify=_safe_stratify(labels, n_test)

@@ -59,6 +59,14 @@ def check_fit_inputs(Z: np.ndarray, evidence: Evidence) -> np.ndarray:
     return Z
 
 
+def check_features(Z: np.ndarray, n_features: int) -> np.ndarray:
+    """``Z`` as a 2-D float32 array of width ``n_features``, the width seen in ``fit``."""
+    Z = np.asarray(Z, dtype=np.float32)
+    if Z.ndim != 2 or Z.shape[1] != n_features:
+        raise ParameterError("Z", Z.shape, f"must be 2-D with {n_features} columns, as in fit")
+    return Z
+
+
 def constant_weights(n: int, w: np.ndarray) -> np.ndarray:
     return np.broadcast_to(np.asarray(w, dtype=np.float64), (n, len(w))).copy()
 
@@ -85,13 +93,13 @@ class UniformCombiner(Combiner):
     name = "uniform"
 
     def fit(self, Z: np.ndarray, evidence: Evidence) -> UniformCombiner:
-        check_fit_inputs(Z, evidence)
+        self.n_features_in_ = check_fit_inputs(Z, evidence).shape[1]
         self.weights_ = np.full(evidence.m, 1.0 / evidence.m)
         return self
 
     def weights(self, Z: np.ndarray) -> np.ndarray:
         self._check_fitted("weights_")
-        return constant_weights(len(Z), self.weights_)
+        return constant_weights(len(check_features(Z, self.n_features_in_)), self.weights_)
 
     def to_onnx(self, g: GraphBuilder, z: str) -> str:
         self._check_fitted("weights_")

@@ -8,8 +8,12 @@ from scipy.optimize import minimize
 from scipy.special import logsumexp, softmax
 from threadpoolctl import threadpool_limits
 
-from training.combiners.base import Combiner, check_fit_inputs, constant_weights_onnx
-from training.combiners.static import cast, check_features, const_f64
+from training.combiners.base import (
+    Combiner,
+    check_features,
+    check_fit_inputs,
+    constant_weights_onnx,
+)
 from training.errors import ParameterError
 from training.evidence import Evidence
 from training.export.graph import GraphBuilder
@@ -144,8 +148,8 @@ class BHSCombiner(Combiner):
         logits = g.op(
             "Add",
             [
-                g.op("MatMul", [cast(g, z), const_f64(g, self.coef_, "coef")]),
-                const_f64(g, self.intercept_[None, :], "intercept"),
+                g.op("MatMul", [g.cast(z), g.const(self.coef_, "coef", f64=True)]),
+                g.const(self.intercept_[None, :], "intercept", f64=True),
             ],
         )
-        return cast(g, g.softmax_rows(logits), TensorProto.FLOAT)
+        return g.cast(g.softmax_rows(logits), TensorProto.FLOAT)

@@ -8,11 +8,10 @@ locally most accurate expert) is the limit ``temperature -> 0``.
 from __future__ import annotations
 
 import numpy as np
-from onnx import TensorProto, helper
+from onnx import TensorProto
 from scipy.special import softmax
 
-from training.combiners.base import Combiner, check_fit_inputs
-from training.combiners.static import cast, check_features, const_f64
+from training.combiners.base import Combiner, check_features, check_fit_inputs
 from training.errors import ParameterError
 from training.evidence import Evidence
 from training.export.graph import GraphBuilder
@@ -159,21 +158,17 @@ class DLACombiner(Combiner):
         unless two training rows are equidistant to ~1e-16.
         """
         self._check_fitted("point_scores_")
-        train_t = cast(g, g.const(self.train_Z_.T.copy(), "train_z_t"))
+        train_t = g.cast(g.const(self.train_Z_.T.copy(), "train_z_t"))
         sq_norm = g.op(
             "ReduceSum",
             [g.op("Mul", [train_t, train_t]), g.const(np.array([0], dtype=np.int64))],
             keepdims=1,
         )
-        cross = g.op("MatMul", [cast(g, z), train_t])
-        dist = g.op("Sub", [sq_norm, g.op("Mul", [cross, const_f64(g, 2.0)])])
-        # GraphBuilder.op makes single-output nodes; TopK has two outputs.
-        values, idx = g.fresh("topk_values"), g.fresh("topk_indices")
+        cross = g.op("MatMul", [g.cast(z), train_t])
+        dist = g.op("Sub", [sq_norm, g.op("Mul", [cross, g.const(2.0, f64=True)])])
         k = g.const(np.array([self.n_neighbors_], dtype=np.int64), "k")
-        g.nodes.append(
-            helper.make_node("TopK", [dist, k], [values, idx], axis=1, largest=0, sorted=1)
-        )
-        near = g.op("Gather", [const_f64(g, self.point_scores_, "point_scores"), idx], axis=0)
+        _, idx = g.op_multi("TopK", [dist, k], 2, axis=1, largest=0, sorted=1)
+        near = g.op("Gather", [g.const(self.point_scores_, "point_scores", f64=True), idx], axis=0)
         scores = g.op("ReduceMean", [near], axes=[1], keepdims=0)
-        logits = g.op("Div", [scores, const_f64(g, float(self.temperature))])
-        return cast(g, g.softmax_rows(logits), TensorProto.FLOAT)
+        logits = g.op("Div", [scores, g.const(float(self.temperature), f64=True)])
+        return g.cast(g.softmax_rows(logits), TensorProto.FLOAT)

@@ -6,8 +6,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from training.combiners.base import Combiner, check_fit_inputs
-from training.combiners.static import check_features
+from training.combiners.base import Combiner, check_features, check_fit_inputs
 from training.errors import ParameterError
 from training.evidence import Evidence
 from training.export.graph import GraphBuilder, dense_layers

@@ -13,8 +13,7 @@ from onnx import TensorProto
 from scipy.linalg import cholesky, solve_triangular
 from scipy.special import log_softmax
 
-from training.combiners.base import Combiner, check_fit_inputs
-from training.combiners.static import cast, check_features, const_f64
+from training.combiners.base import Combiner, check_features, check_fit_inputs
 from training.errors import ParameterError
 from training.evidence import Evidence
 from training.export.graph import GraphBuilder
@@ -172,8 +171,8 @@ class SMCCombiner(Combiner):
         """
         self._check_fitted("whiten_")
         m, d = self.means_.shape
-        diff = g.op("Sub", [cast(g, z), const_f64(g, self.means_.reshape(m, 1, d), "means")])
-        u = g.op("MatMul", [diff, const_f64(g, self.whiten_, "whiten")])  # (m, n, d)
+        diff = g.op("Sub", [g.cast(z), g.const(self.means_.reshape(m, 1, d), "means", f64=True)])
+        u = g.op("MatMul", [diff, g.const(self.whiten_, "whiten", f64=True)])  # (m, n, d)
         sq = g.op(
             "ReduceSum",
             [g.op("Mul", [u, u]), g.const(np.array([2], dtype=np.int64))],
@@ -182,6 +181,9 @@ class SMCCombiner(Combiner):
         maha = g.op("Transpose", [sq], perm=[1, 0])  # (n, m)
         logits = g.op(
             "Sub",
-            [g.op("Mul", [maha, const_f64(g, -0.5)]), const_f64(g, 0.5 * self.log_det_[None, :])],
+            [
+                g.op("Mul", [maha, g.const(-0.5, f64=True)]),
+                g.const(0.5 * self.log_det_[None, :], f64=True),
+            ],
         )
-        return cast(g, g.softmax_rows(logits), TensorProto.FLOAT)
+        return g.cast(g.softmax_rows(logits), TensorProto.FLOAT)

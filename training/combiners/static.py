@@ -4,8 +4,6 @@ Each learns one weight vector from the evidence and broadcasts it to every row, 
 form is a constant (:func:`~training.combiners.base.constant_weights_onnx`). The uniform
 average lives in :mod:`training.combiners.base`.
 
-The helpers at the top (width check, float64 ONNX constants and casts) are shared by the
-other baselines of this package; the adaptive ones compute their graphs in float64.
 """
 
 from __future__ import annotations
@@ -13,11 +11,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
-from onnx import TensorProto, numpy_helper
 from scipy.special import softmax
 
 from training.combiners.base import (
     Combiner,
+    check_features,
     check_fit_inputs,
     constant_weights,
     constant_weights_onnx,
@@ -25,26 +23,6 @@ from training.combiners.base import (
 from training.errors import ParameterError
 from training.evidence import Evidence
 from training.export.graph import GraphBuilder
-
-
-def check_features(Z: np.ndarray, n_features: int) -> np.ndarray:
-    """``Z`` as a 2-D float32 array of width ``n_features``, the width seen in ``fit``."""
-    Z = np.asarray(Z, dtype=np.float32)
-    if Z.ndim != 2 or Z.shape[1] != n_features:
-        raise ParameterError("Z", Z.shape, f"must be 2-D with {n_features} columns, as in fit")
-    return Z
-
-
-def const_f64(g: GraphBuilder, value: np.ndarray | float, hint: str = "c") -> str:
-    """A float64 initializer (``GraphBuilder.const`` stores float64 arrays as float32)."""
-    name = g.fresh(hint)
-    g.initializers.append(numpy_helper.from_array(np.asarray(value, dtype=np.float64), name))
-    return name
-
-
-def cast(g: GraphBuilder, x: str, to: int = TensorProto.DOUBLE) -> str:
-    """``Cast`` node; to float64 by default."""
-    return g.op("Cast", [x], to=to)
 
 
 class _ConstantCombiner(Combiner):

@@ -43,10 +43,17 @@ class GraphBuilder:
         self.outputs.append(helper.make_tensor_value_info(name, elem_type, [None, None]))
         return name
 
-    def const(self, value: np.ndarray | float | int | Sequence[float], hint: str = "c") -> str:
+    def const(
+        self,
+        value: np.ndarray | float | int | Sequence[float],
+        hint: str = "c",
+        *,
+        f64: bool = False,
+    ) -> str:
+        """An initializer; floats are stored as float32 unless ``f64`` asks for float64."""
         arr = np.asarray(value)
-        if arr.dtype == np.float64:
-            arr = arr.astype(np.float32)
+        if arr.dtype.kind == "f":
+            arr = arr.astype(np.float64 if f64 else np.float32)
         name = self.fresh(hint)
         self.initializers.append(numpy_helper.from_array(arr, name))
         return name
@@ -63,6 +70,17 @@ class GraphBuilder:
         out = out or self.fresh(op_type.lower())
         self.nodes.append(helper.make_node(op_type, list(inputs), [out], domain=domain, **attrs))
         return out
+
+    def op_multi(
+        self, op_type: str, inputs: Sequence[str], n_outputs: int, **attrs: object
+    ) -> list[str]:
+        """A node with several outputs (TopK, say)."""
+        outs = [self.fresh(op_type.lower()) for _ in range(n_outputs)]
+        self.nodes.append(helper.make_node(op_type, list(inputs), outs, **attrs))
+        return outs
+
+    def cast(self, x: str, to: int = TensorProto.DOUBLE) -> str:
+        return self.op("Cast", [x], to=to)
 
     def softmax_rows(self, logits: str) -> str:
         return self.op("Softmax", [logits], axis=1)

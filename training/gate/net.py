@@ -8,6 +8,7 @@ trains it lives in :mod:`training.gate.trainer`; this file knows nothing of loss
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Sequence
 
@@ -46,7 +47,7 @@ class PosteriorNet(nn.Module):
         sizes = [n_in, *hidden, n_out]
         self.weights = nn.ParameterList()
         self.biases = nn.ParameterList()
-        for fan_in, fan_out in zip(sizes[:-1], sizes[1:], strict=True):
+        for fan_in, fan_out in itertools.pairwise(sizes):
             bound = 1.0 / math.sqrt(fan_in)
             w = (torch.rand(members, fan_in, fan_out, generator=generator) * 2 - 1) * bound
             b = (torch.rand(members, 1, fan_out, generator=generator) * 2 - 1) * bound

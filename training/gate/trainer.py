@@ -43,9 +43,9 @@ class Member:
 
 @dataclass
 class TrainResult:
-    layers: list[list[tuple[np.ndarray, np.ndarray]]]  # per member, at its kept epoch
+    layers: list[list[tuple[np.ndarray, np.ndarray]]]  # per member, after the last epoch
     val_nll: np.ndarray | None  # (epochs, K) mixture NLL on the validation rows
-    kept_epoch: np.ndarray  # (K,) 1-based epoch whose parameters were kept
+    val_logits: np.ndarray | None  # (epochs, K, n_val, m) gate logits on them, if recorded
 
 
 def member_objective(
@@ -154,7 +154,7 @@ def train_members(
     epochs: int = 10,
     random_state: int = 0,
     validation: tuple[np.ndarray, np.ndarray] | None = None,
-    keep_best: bool = False,
+    record_val_logits: bool = False,
     progress: bool = False,
 ) -> TrainResult:
     """Train ``len(members)`` networks in one pass over the data.
@@ -166,12 +166,12 @@ def train_members(
     log_priors : (P, n, m) log prior per training row, for each prior a member may use.
     validation : (Z_val, L_val), optional
         Rows to score the mixture NLL on after every epoch.
-    keep_best : bool
-        Keep each member's parameters from its best validation epoch (early stopping)
-        rather than from the last epoch.
+    record_val_logits : bool
+        Also keep every epoch's gate logits on the validation rows, so that a caller can
+        choose a (member, epoch) pair and calibrate it without retraining.
     """
-    if keep_best and validation is None:
-        raise ValueError("keep_best needs validation rows")
+    if record_val_logits and validation is None:
+        raise ValueError("record_val_logits needs validation rows")
     n, m = log_lik.shape
     K = len(members)
     gen = torch.Generator().manual_seed(int(random_state))
@@ -194,12 +194,10 @@ def train_members(
         if validation is not None:
             zv = torch.from_numpy(np.ascontiguousarray(validation[0], dtype=np.float32))
             lv = torch.from_numpy(np.ascontiguousarray(validation[1], dtype=np.float32))
-        history, best_nll = [], torch.full((K,), float("inf"))
-        kept = np.full(K, epochs)
-        best_theta = opt.theta.clone()
-        member_of = _member_index(opt, K)
+        history: list[np.ndarray] = []
+        logits_seen: list[np.ndarray] = []
         bar = _progress(epochs, progress)
-        for epoch in range(epochs):
+        for _ in range(epochs):
             # One gather per epoch; the minibatches below are then contiguous views.
             order = torch.randperm(n, generator=gen)
             z_e, l_e, lp_e = z_t[order], l_t[order], lp_t[order]
@@ -225,29 +223,19 @@ def train_members(
                 _backward(opt, g * (-1.0 / (stop - start)), hidden_acts)
                 opt.step()
             if validation is not None:
-                nll = _mixture_nll(_forward(opt, zv)[0], lv)
-                history.append(nll.numpy().copy())
-                if keep_best:
-                    better = nll < best_nll
-                    best_nll = torch.where(better, nll, best_nll)
-                    kept[better.numpy()] = epoch + 1
-                    mask = better[member_of]
-                    best_theta[mask] = opt.theta[mask]
+                val_logits = _forward(opt, zv)[0]
+                history.append(_mixture_nll(val_logits, lv).numpy().copy())
+                if record_val_logits:
+                    logits_seen.append(val_logits.numpy().copy())
             bar.update(1)
         bar.close()
-        if keep_best:
-            opt.theta.copy_(best_theta)
         opt.load_into(net)
         layers = [net.member_layers(k) for k in range(K)]
     return TrainResult(
-        layers=layers, val_nll=np.stack(history) if history else None, kept_epoch=kept
+        layers=layers,
+        val_nll=np.stack(history) if history else None,
+        val_logits=np.stack(logits_seen) if logits_seen else None,
     )
-
-
-def _member_index(opt: _FlatAdam, K: int) -> torch.Tensor:
-    """For each entry of the flat parameter vector, the member it belongs to."""
-    parts = [torch.arange(K).repeat_interleave(math.prod(s[1:])) for s in opt.shapes]
-    return torch.cat(parts)
 
 
 def _mixture_nll(logits: torch.Tensor, log_lik: torch.Tensor) -> torch.Tensor:
@@ -256,7 +244,7 @@ def _mixture_nll(logits: torch.Tensor, log_lik: torch.Tensor) -> torch.Tensor:
     return -torch.logsumexp(lq + log_lik, dim=-1).mean(dim=-1)
 
 
-def _progress(total: int, enabled: bool):  # noqa: ANN202 - tqdm's type is private
+def _progress(total: int, enabled: bool):
     from tqdm.auto import tqdm
 
     return tqdm(total=total, desc="gate epochs", disable=not enabled, leave=False)

@@ -5,13 +5,13 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
+from skl2onnx import to_onnx
+from skl2onnx.common.data_types import FloatTensorType, StringTensorType
 from sklearn.compose import ColumnTransformer
 from sklearn.linear_model import LogisticRegression, Ridge
 from sklearn.neighbors import KNeighborsRegressor
 from sklearn.pipeline import Pipeline
 from sklearn.preprocessing import OneHotEncoder, StandardScaler
-from skl2onnx import to_onnx
-from skl2onnx.common.data_types import FloatTensorType, StringTensorType
 from xgboost import XGBClassifier, XGBRegressor
 
 from app.bundle.loader import open_bundle, read_manifest

@@ -61,7 +61,7 @@ def test_layout_manifest_and_latest(credit_fit, credit_bundle) -> None:
     assert {"numpy", "onnxruntime", "torch", "scikit-learn"} <= set(m.library_versions)
     for entry in m.experts:
         f = credit_bundle / entry.file
-        assert f.is_file() and not os.access(f, os.W_OK) or os.geteuid() == 0
+        assert (f.is_file() and not os.access(f, os.W_OK)) or os.geteuid() == 0
     assert not list(root.glob(".tmp-*")), "no temporary directory may be left behind"
 
 

@@ -1,0 +1,52 @@
+# Two commands on a fresh machine:
+#   make serve   set up .venv, train the demo bundle if none exists, serve it on 127.0.0.1:8000
+#   make test    set up .venv with the dev tools and system packages, run lint and every test
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+STORE  ?= models_store
+NAME   ?= demo
+HOST   ?= 127.0.0.1
+PORT   ?= 8000
+SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+
+.PHONY: serve test demo lint bench sysdeps clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+
+$(VENV)/.train: pyproject.toml | $(BIN)/python
+	$(BIN)/pip install --quiet -e '.[train]'
+	touch $@
+
+$(VENV)/.dev: pyproject.toml | $(BIN)/python
+	$(BIN)/pip install --quiet -e '.[dev]'
+	touch $@ $(VENV)/.train
+
+$(STORE)/$(NAME)/LATEST: | $(VENV)/.train
+	$(BIN)/iabma train --dataset simulation --store $(STORE) --name $(NAME)
+
+demo: $(STORE)/$(NAME)/LATEST
+
+serve: $(VENV)/.train $(STORE)/$(NAME)/LATEST
+	$(BIN)/iabma serve --store $(STORE) --name $(NAME) --host $(HOST) --port $(PORT)
+
+# nginx (the compose load balancer, run for real by the tests), docker-compose (offline
+# `docker-compose config`), wrk (bounded load tests on 127.0.0.1).
+sysdeps:
+	@command -v nginx >/dev/null && command -v docker-compose >/dev/null && command -v wrk >/dev/null \
+	  || { $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq nginx docker-compose wrk >/dev/null; }
+
+lint: $(VENV)/.dev
+	$(BIN)/ruff check app training tests bench
+	$(BIN)/ruff format --check app training tests bench
+
+test: $(VENV)/.dev sysdeps lint
+	$(BIN)/python -m pytest
+
+bench: $(VENV)/.dev
+	$(BIN)/python bench/gate_fit.py
+
+clean:
+	rm -rf $(VENV) var .pytest_cache

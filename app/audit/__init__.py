@@ -1,0 +1,1 @@
+"""The durable audit trail: one record per answered prediction, committed in groups."""

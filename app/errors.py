@@ -1,0 +1,158 @@
+"""Domain errors of the serving layer and the ONE table that maps them to HTTP status.
+
+The logic layer raises these; the HTTP adapters never choose a status themselves. Native
+routes answer ``{"error": {"code", "message", "field"}}`` (plus ``details`` when a request
+has several faults); Open Inference Protocol routes answer ``{"error": "<message>"}``
+and use 400 wherever the native routes would use 400, 415 or 422.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from app.bundle.loader import BundleError
+
+
+@dataclass(frozen=True)
+class Fault:
+    """One thing wrong with a request: where (``field``), what kind (``code``), and why."""
+
+    code: str
+    field: str
+    message: str
+
+    def text(self) -> str:
+        return f"{self.field}: {self.message}" if self.field else self.message
+
+    def as_json(self) -> dict[str, str]:
+        return {"code": self.code, "field": self.field, "message": self.text()}
+
+
+class ServingError(Exception):
+    code: ClassVar[str] = "error"
+
+    def __init__(self, message: str, field: str = "") -> None:
+        super().__init__(message)
+        self.faults = [Fault(self.code, field, message)]
+
+    @property
+    def fault(self) -> Fault:
+        return self.faults[0]
+
+
+class InvalidJSON(ServingError):
+    code = "invalid_json"
+
+
+class UnsupportedMediaType(ServingError):
+    code = "unsupported_media_type"
+
+
+class InvalidHeader(ServingError):
+    code = "invalid_header"
+
+
+class PayloadTooLarge(ServingError):
+    code = "payload_too_large"
+
+
+class TooManyRows(ServingError):
+    code = "too_many_rows"
+
+
+class InvalidInput(ServingError):
+    """Field-level faults in a well-formed body or query; all of them are reported."""
+
+    code = "invalid_input"
+
+    def __init__(self, faults: list[Fault]) -> None:
+        Exception.__init__(self, "; ".join(f.text() for f in faults))
+        self.faults = faults
+
+    @classmethod
+    def one(cls, code: str, field: str, message: str) -> InvalidInput:
+        return cls([Fault(code, field, message)])
+
+
+class NotFound(ServingError):
+    code = "not_found"
+
+
+class MethodNotAllowed(ServingError):
+    code = "method_not_allowed"
+
+
+class Unauthorized(ServingError):
+    code = "unauthorized"
+
+
+class AdminDisabled(ServingError):
+    code = "admin_disabled"
+
+
+class ReloadFailed(ServingError):
+    code = "reload_failed"
+
+
+class NotReady(ServingError):
+    code = "not_ready"
+
+
+class AuditUnavailable(ServingError):
+    code = "audit_unavailable"
+
+
+class InternalError(ServingError):
+    code = "internal"
+
+
+STATUS: dict[type[Exception], int] = {
+    InvalidJSON: 400,
+    InvalidHeader: 400,
+    Unauthorized: 401,
+    NotFound: 404,
+    AdminDisabled: 404,
+    MethodNotAllowed: 405,
+    ReloadFailed: 409,
+    PayloadTooLarge: 413,
+    TooManyRows: 413,
+    UnsupportedMediaType: 415,
+    InvalidInput: 422,
+    InternalError: 500,
+    NotReady: 503,
+    AuditUnavailable: 503,
+}
+# The Open Inference Protocol reports every malformed request as a plain 400.
+OIP_BAD_REQUEST = frozenset({400, 415, 422})
+
+
+def status_of(exc: BaseException) -> int:
+    for cls in type(exc).__mro__:
+        if cls in STATUS:
+            return STATUS[cls]
+    return 500
+
+
+def as_serving_error(exc: BaseException) -> ServingError:
+    if isinstance(exc, ServingError):
+        return exc
+    if isinstance(exc, BundleError):
+        return ReloadFailed(str(exc))
+    return InternalError("internal error; the server log has the details")
+
+
+def native_body(exc: ServingError) -> dict[str, Any]:
+    first = exc.fault
+    body: dict[str, Any] = {"code": first.code, "message": first.text(), "field": first.field}
+    if len(exc.faults) > 1:
+        body["details"] = [f.as_json() for f in exc.faults]
+    return {"error": body}
+
+
+def oip_status(status: int) -> int:
+    return 400 if status in OIP_BAD_REQUEST else status
+
+
+def oip_body(exc: ServingError) -> dict[str, str]:
+    return {"error": "; ".join(f.text() for f in exc.faults)}

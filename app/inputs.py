@@ -1,0 +1,229 @@
+"""Validating raw feature values and turning them into the columns every ONNX graph takes.
+
+Numeric features take a JSON number or ``null`` (missing). NaN, Infinity and numbers
+outside float32's range are refused: the graphs run in float32, and a missing value is
+spelled ``null``. Categorical features take a string, or a number when its text is one of
+the training categories (e.g. ``3`` for the category ``"3"``), or ``null``.
+
+Unknown categories: by default (``IABMA_UNKNOWN_CATEGORY=reject``) a value the model never
+saw in training is refused with a 422 that names the field, the value and the known
+categories, because the experts would silently treat it as "none of the above" and the
+client would never learn about the typo. With ``IABMA_UNKNOWN_CATEGORY=missing`` such a
+value is treated exactly like ``null``.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from app.body import NonFinite
+from app.bundle.columns import Columns, numeric_column, string_column
+from app.bundle.manifest import Manifest
+from app.errors import Fault, InvalidInput, TooManyRows
+
+FLOAT32_MAX = 3.4028234663852886e38
+MAX_FAULTS = 20
+_SHOWN_CATEGORIES = 20
+_NUMBER = re.compile(r"^[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?$")
+_NON_FINITE = re.compile(r"^[+-]?(nan|inf|infinity)$", re.IGNORECASE)
+
+FieldName = Callable[[int, str], str]
+Problem = tuple[str, str]  # (code, message) before the field is known
+
+
+def json_type(value: Any) -> str:
+    if isinstance(value, NonFinite):
+        return value.token
+    if isinstance(value, str):
+        return f'"{value[:40]}"' + ("..." if len(value) > 40 else "")
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    return {dict: "an object", list: "an array"}.get(type(value), type(value).__name__)
+
+
+@dataclass(frozen=True)
+class FeatureTable:
+    """What a request must look like for one bundle; built once when the bundle loads."""
+
+    names: tuple[str, ...]
+    numeric: frozenset[str]
+    categories: Mapping[str, frozenset[str]]
+    known_text: Mapping[str, str]
+    missing_token: str
+    map_unknown_to_missing: bool
+
+    @classmethod
+    def from_manifest(cls, manifest: Manifest, unknown_category: str) -> FeatureTable:
+        cats = {f.name: frozenset(f.categories or ()) for f in manifest.features if f.categories}
+        shown = {}
+        for f in manifest.features:
+            if f.categories:
+                head = ", ".join(f'"{c}"' for c in f.categories[:_SHOWN_CATEGORIES])
+                more = len(f.categories) - _SHOWN_CATEGORIES
+                shown[f.name] = f"[{head}{f', ... {more} more' if more > 0 else ''}]"
+        return cls(
+            names=tuple(f.name for f in manifest.features),
+            numeric=frozenset(f.name for f in manifest.features if f.dtype == "float"),
+            categories=cats,
+            known_text=shown,
+            missing_token=manifest.missing_token,
+            map_unknown_to_missing=unknown_category == "missing",
+        )
+
+    @property
+    def names_text(self) -> str:
+        return ", ".join(self.names)
+
+    def number(self, value: Any) -> tuple[float | None, Problem | None]:
+        if value is None:
+            return None, None
+        if isinstance(value, NonFinite):
+            return None, (
+                "not_finite",
+                f"{value.token} is not allowed; send null for a missing value",
+            )
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            return None, ("wrong_type", f"expected a number or null, got {json_type(value)}")
+        try:
+            number = float(value)
+        except OverflowError:
+            number = math.inf
+        if not math.isfinite(number):
+            return None, ("not_finite", f"{value!r} is not a finite number")
+        if abs(number) > FLOAT32_MAX:
+            return None, ("out_of_range", f"{value!r} is outside the float32 range the model uses")
+        return number, None
+
+    def category(self, name: str, value: Any) -> tuple[str | None, Problem | None]:
+        if value is None:
+            return None, None
+        if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+            return None, ("wrong_type", f"expected a string or null, got {json_type(value)}")
+        text = value if isinstance(value, str) else str(value)
+        if text in self.categories[name]:
+            return text, None
+        if self.map_unknown_to_missing:
+            return None, None
+        return None, (
+            "unknown_category",
+            f"unknown category {json_type(text)}; known: {self.known_text[name]} "
+            "(send null for a missing value)",
+        )
+
+    def columns(self, rows: Sequence[Mapping[str, Any]], field_of: FieldName) -> Columns:
+        """Validate every row; raise :class:`InvalidInput` listing the faults found."""
+        faults: list[Fault] = []
+        values: dict[str, list[Any]] = {name: [] for name in self.names}
+        for i, row in enumerate(rows):
+            for key in row:
+                if key not in values:
+                    faults.append(
+                        Fault(
+                            "unknown_feature",
+                            field_of(i, key),
+                            f"unknown feature; the model takes {self.names_text}",
+                        )
+                    )
+            for name in self.names:
+                if name not in row:
+                    problem: Problem | None = (
+                        "missing_feature",
+                        "missing feature (send null for a missing value)",
+                    )
+                    value = None
+                elif name in self.numeric:
+                    value, problem = self.number(row[name])
+                else:
+                    value, problem = self.category(name, row[name])
+                if problem is not None:
+                    faults.append(Fault(problem[0], field_of(i, name), problem[1]))
+                values[name].append(value)
+            if len(faults) >= MAX_FAULTS:
+                break
+        if faults:
+            raise InvalidInput(faults[:MAX_FAULTS])
+        return {
+            name: numeric_column(col)
+            if name in self.numeric
+            else string_column(col, self.missing_token)
+            for name, col in values.items()
+        }
+
+
+def instance_field(i: int, name: str) -> str:
+    return f"instances[{i}].{name}"
+
+
+def parse_instances(
+    body: Any, table: FeatureTable, max_rows: int
+) -> tuple[Columns, list[dict[str, Any]]]:
+    """``{"instances": [...]}`` to columns, plus the rows themselves for the audit trail."""
+    if not isinstance(body, dict):
+        raise InvalidInput(
+            [
+                Fault(
+                    "wrong_type",
+                    "body",
+                    f'expected an object {{"instances": [...]}}, got {json_type(body)}',
+                )
+            ]
+        )
+    extra = [k for k in body if k != "instances"]
+    if extra:
+        raise InvalidInput(
+            [
+                Fault("unknown_field", k, "unknown field; the body takes only 'instances'")
+                for k in extra
+            ]
+        )
+    if "instances" not in body:
+        raise InvalidInput([Fault("missing_field", "instances", "missing; send an array of rows")])
+    rows = body["instances"]
+    if not isinstance(rows, list):
+        raise InvalidInput(
+            [
+                Fault(
+                    "wrong_type",
+                    "instances",
+                    f"expected an array of objects, got {json_type(rows)}",
+                )
+            ]
+        )
+    if not rows:
+        raise InvalidInput(
+            [Fault("empty_batch", "instances", "empty batch; send at least one row")]
+        )
+    if len(rows) > max_rows:
+        raise TooManyRows(
+            f"{len(rows)} rows exceed the limit of {max_rows} (IABMA_MAX_BATCH_ROWS)",
+            field="instances",
+        )
+    bad = [
+        Fault("wrong_type", f"instances[{i}]", f"expected an object, got {json_type(r)}")
+        for i, r in enumerate(rows)
+        if not isinstance(r, dict)
+    ]
+    if bad:
+        raise InvalidInput(bad[:MAX_FAULTS])
+    return table.columns(rows, instance_field), rows
+
+
+def query_row(params: Mapping[str, str], table: FeatureTable) -> dict[str, Any]:
+    """Query-string text to JSON-like values: numbers parsed, an empty value is missing."""
+    row: dict[str, Any] = {}
+    for key, text in params.items():
+        if text == "":
+            row[key] = None
+        elif key in table.numeric and _NUMBER.match(text):
+            row[key] = float(text)
+        elif key in table.numeric and _NON_FINITE.match(text):
+            row[key] = NonFinite(text)
+        else:
+            row[key] = text
+    return row

@@ -1,0 +1,70 @@
+"""The FastAPI application: ``create_app(settings)`` builds it, the lifespan loads the bundle.
+
+Run it with ``uvicorn 'app.main:create_app' --factory`` or ``iabma serve``. Nothing heavy
+happens at import time: settings are read, logging set up and the app assembled when
+``create_app`` is called; the bundle is verified and opened, and the audit trail opened,
+when the server starts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+
+from app.drain import install_drain_hook
+from app.logs import setup_logging
+from app.observe import RequestObserver
+from app.responses import install_error_handlers
+from app.routes import admin, health, metrics, oip, predict, weights
+from app.service import Service
+from app.settings import Settings, load_settings
+
+VERSION = "0.1.0"
+DESCRIPTION = """
+Input-adaptive Bayesian model averaging: a gate weighs several experts per input; this
+service serves the mixture, its weights and its uncertainty, and keeps an audit trail.
+
+**Errors.** Native routes answer `{"error": {"code", "message", "field"}}` (with `details`
+listing every fault when a request has several); the message starts with the field, e.g.
+`instances[3].age: expected a number or null, got "abc"`. Open Inference Protocol routes
+under `/v2` answer `{"error": "..."}`.
+
+**Unknown categories.** A categorical value not seen in training is refused with 422
+naming the field, the value and the known categories (`IABMA_UNKNOWN_CATEGORY=reject`, the
+default); with `IABMA_UNKNOWN_CATEGORY=missing` it is treated as a missing value.
+
+**Audit cursor.** `GET /weights` pages newest first; `next_cursor` is the base64url text of
+`<created_us>.<id>` of the page's last record and is passed back as `?cursor=`.
+"""
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    """Build the app; ``settings`` default to the ``IABMA_*`` environment."""
+    settings = settings if settings is not None else load_settings()
+    setup_logging(settings)
+    service = Service(settings)
+
+    @asynccontextmanager
+    async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+        await service.start()
+        uninstall = install_drain_hook(service.runtime, settings.drain_seconds)
+        try:
+            yield
+        finally:
+            uninstall()
+            await service.stop()
+
+    app = FastAPI(
+        title="IA-BMA serving",
+        version=VERSION,
+        description=DESCRIPTION,
+        lifespan=lifespan,
+    )
+    app.state.service = service
+    install_error_handlers(app)
+    app.add_middleware(RequestObserver, service=service)
+    for module in (predict, weights, health, metrics, admin, oip):
+        app.include_router(module.router())
+    return app

@@ -1,0 +1,89 @@
+"""ASGI middleware around every request: its id, its metrics and its log line.
+
+A client's ``X-Request-ID`` is used (and echoed) when it is 1-128 characters of letters,
+digits or ``._:/+=-``; anything else is refused with 400 naming the header, since the id
+ends up in the audit trail and in the logs. Without the header a random id is made.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+import uuid
+from typing import Any
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from app.errors import InvalidHeader
+from app.responses import error_response
+from app.service import Service
+
+REQUEST_ID = re.compile(r"^[A-Za-z0-9._:/+=-]{1,128}$")
+log = logging.getLogger("iabma.request")
+
+
+class RequestObserver:
+    def __init__(self, app: ASGIApp, service: Service) -> None:
+        self.app = app
+        self.service = service
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = time.perf_counter()
+        given = None
+        for key, value in scope["headers"]:
+            if key == b"x-request-id":
+                given = value.decode("latin-1")
+                break
+        valid = given is None or REQUEST_ID.match(given) is not None
+        request_id = given if valid and given is not None else uuid.uuid4().hex
+        state = scope.setdefault("state", {})
+        state["request_id"] = request_id
+        state["started"] = started
+        status = 500
+        echo = (b"x-request-id", request_id.encode("latin-1"))
+
+        async def send_with_id(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+                message = {**message, "headers": [*message.get("headers", []), echo]}
+            await send(message)
+
+        try:
+            if valid:
+                await self.app(scope, receive, send_with_id)
+            else:
+                fault = InvalidHeader(
+                    "must be 1-128 characters of letters, digits or ._:/+=-",
+                    field="header X-Request-ID",
+                )
+                await error_response(fault, scope["path"])(scope, receive, send_with_id)
+        finally:
+            self._observe(scope, request_id, status, time.perf_counter() - started)
+
+    def _observe(self, scope: Scope, request_id: str, status: int, seconds: float) -> None:
+        route_obj: Any = scope.get("route")
+        route = getattr(route_obj, "path", None) or "unmatched"
+        method = scope["method"]
+        labels = (*self.service.labels(), route, method, str(status))
+        self.service.metrics.requests.inc(labels)
+        self.service.metrics.request_seconds.observe(labels, seconds)
+        log.info(
+            "%s %s %d",
+            method,
+            scope["path"],
+            status,
+            extra={
+                "request_id": request_id,
+                "method": method,
+                "route": route,
+                "path": scope["path"],
+                "status": status,
+                "latency_ms": round(seconds * 1000.0, 3),
+                "model_version": labels[1],
+            },
+        )

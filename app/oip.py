@@ -1,0 +1,241 @@
+"""Open Inference Protocol (KServe v2) tensors to columns, and an outcome to tensors.
+
+Inputs are one tensor per feature, shape ``[n]`` or ``[n, 1]``: a numeric datatype (FP32,
+FP64, INT*, UINT*) for numeric features and ``BYTES`` for categorical ones; ``null`` in
+``data`` is a missing value. Outputs: ``prediction`` (labels, or the mean),
+``probabilities`` ``[n, C]`` or ``std`` ``[n]`` and ``interval`` ``[n, 2]``, ``weights``
+``[n, m]`` and ``uncertainty`` ``[n, 4]``; their ``parameters`` name the classes, experts
+and uncertainty components.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from app.bundle.columns import Columns
+from app.bundle.predictor import INTERVAL
+from app.errors import Fault, InvalidInput, NotFound, TooManyRows
+from app.inference import UNCERTAINTY, Outcome
+from app.inputs import json_type
+from app.runtime import LoadedModel
+from app.service import Service, dumps
+
+NUMERIC_TYPES = frozenset(
+    {
+        "FP16",
+        "FP32",
+        "FP64",
+        "INT8",
+        "INT16",
+        "INT32",
+        "INT64",
+        "UINT8",
+        "UINT16",
+        "UINT32",
+        "UINT64",
+    }
+)
+CLASSIFICATION_OUTPUTS = ("prediction", "probabilities", "weights", "uncertainty")
+REGRESSION_OUTPUTS = ("prediction", "std", "interval", "weights", "uncertainty")
+
+
+def _bad(field: str, message: str, code: str = "invalid_tensor") -> InvalidInput:
+    return InvalidInput([Fault(code, field, message)])
+
+
+def output_names(model: LoadedModel) -> tuple[str, ...]:
+    return CLASSIFICATION_OUTPUTS if model.task == "classification" else REGRESSION_OUTPUTS
+
+
+def metadata(model: LoadedModel) -> dict[str, Any]:
+    table = model.features
+    inputs = [
+        {"name": n, "datatype": "FP32" if n in table.numeric else "BYTES", "shape": [-1, 1]}
+        for n in table.names
+    ]
+    n_out = {"probabilities": len(model.classes), "interval": 2, "weights": len(model.experts)}
+    n_out["uncertainty"] = len(UNCERTAINTY)
+    outputs = [
+        {
+            "name": o,
+            "datatype": _prediction_type(model) if o == "prediction" else "FP64",
+            "shape": [-1, n_out[o]] if o in n_out else [-1],
+        }
+        for o in output_names(model)
+    ]
+    return {
+        "name": model.name,
+        "versions": [model.version],
+        "platform": "onnxruntime-iabma",
+        "inputs": inputs,
+        "outputs": outputs,
+        "parameters": {"task": model.task, "experts": list(model.experts)},
+    }
+
+
+def _prediction_type(model: LoadedModel) -> str:
+    if model.task == "regression":
+        return "FP64"
+    return "INT64" if all(isinstance(c, int) for c in model.classes) else "BYTES"
+
+
+def _flat(data: Any, field: str, n: int) -> list[Any]:
+    if not isinstance(data, list):
+        raise _bad(field, f"expected an array, got {json_type(data)}")
+    if data and all(isinstance(v, list) for v in data):
+        if any(len(v) != 1 for v in data):
+            raise _bad(field, "nested rows must hold exactly one value each")
+        data = [v[0] for v in data]
+    if len(data) != n:
+        raise _bad(field, f"holds {len(data)} values but the shape says {n}")
+    return data
+
+
+def _rows(shape: Any, field: str) -> int:
+    ok = isinstance(shape, list) and all(
+        isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape
+    )
+    if not ok or len(shape) not in (1, 2) or (len(shape) == 2 and shape[1] != 1):
+        raise _bad(field, f"expected [n] or [n, 1], got {json_type(shape)}")
+    return int(shape[0])
+
+
+def decode(
+    body: Any, model: LoadedModel, max_rows: int
+) -> tuple[Columns, list[dict[str, Any]], list[str] | None]:
+    """Validated columns, the rows for the audit trail, and the outputs asked for."""
+    if not isinstance(body, dict):
+        raise _bad("body", f"expected an inference request object, got {json_type(body)}")
+    extra = sorted(set(body) - {"id", "parameters", "inputs", "outputs"})
+    if extra:
+        raise _bad(extra[0], "unknown field of an inference request", "unknown_field")
+    tensors = body.get("inputs")
+    if not isinstance(tensors, list) or not tensors:
+        raise _bad("inputs", "expected a non-empty array of input tensors")
+    table = model.features
+    data: dict[str, list[Any]] = {}
+    n_rows: int | None = None
+    for k, t in enumerate(tensors):
+        where = f"inputs[{k}]"
+        if not isinstance(t, dict) or not isinstance(t.get("name"), str):
+            raise _bad(where, "expected a tensor object with a name")
+        name = t["name"]
+        if name not in table.names:
+            raise _bad(
+                f"{where}.name", f"unknown feature {name!r}; the model takes {table.names_text}"
+            )
+        if name in data:
+            raise _bad(f"{where}.name", f"feature {name!r} is given twice")
+        dtype = t.get("datatype")
+        wanted = "a numeric datatype such as FP32" if name in table.numeric else "BYTES"
+        if (name in table.numeric and dtype not in NUMERIC_TYPES) or (
+            name not in table.numeric and dtype != "BYTES"
+        ):
+            raise _bad(f"{where}.datatype", f"feature {name!r} needs {wanted}, got {dtype!r}")
+        n = _rows(t.get("shape"), f"{where}.shape")
+        if n_rows is not None and n != n_rows:
+            raise _bad(f"{where}.shape", f"has {n} rows but the first tensor has {n_rows}")
+        n_rows = n
+        data[name] = _flat(t.get("data"), f"{where}.data", n)
+    missing = [name for name in table.names if name not in data]
+    if missing:
+        raise _bad(
+            "inputs", f"missing tensors for features {', '.join(missing)}", "missing_feature"
+        )
+    assert n_rows is not None
+    if n_rows == 0:
+        raise _bad("inputs", "empty batch; send at least one row", "empty_batch")
+    if n_rows > max_rows:
+        raise TooManyRows(
+            f"{n_rows} rows exceed the limit of {max_rows} (IABMA_MAX_BATCH_ROWS)", field="inputs"
+        )
+    rows = [{name: col[i] for name, col in data.items()} for i in range(n_rows)]
+    columns = table.columns(rows, lambda i, name: f"inputs[{name}].data[{i}]")
+    return columns, rows, _requested(body.get("outputs"), model)
+
+
+def _requested(outputs: Any, model: LoadedModel) -> list[str] | None:
+    if outputs is None:
+        return None
+    known = output_names(model)
+    if not isinstance(outputs, list):
+        raise _bad("outputs", f"expected an array, got {json_type(outputs)}")
+    names = []
+    for k, o in enumerate(outputs):
+        name = o.get("name") if isinstance(o, dict) else None
+        if name not in known:
+            raise _bad(
+                f"outputs[{k}].name", f"unknown output {name!r}; available: {', '.join(known)}"
+            )
+        names.append(name)
+    return names
+
+
+def _tensor(name: str, datatype: str, arr: np.ndarray, **params: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "name": name,
+        "datatype": datatype,
+        "shape": list(arr.shape),
+        "data": arr.reshape(-1).tolist(),
+    }
+    if params:
+        out["parameters"] = params
+    return out
+
+
+def encode(outcome: Outcome, requested: list[str] | None) -> list[dict[str, Any]]:
+    model = outcome.model
+    experts = list(model.experts)
+    tensors: dict[str, dict[str, Any]] = {}
+    if outcome.proba is not None:
+        labels = np.asarray(model.classes, dtype=object)[outcome.proba.argmax(axis=1)]
+        tensors["prediction"] = _tensor("prediction", _prediction_type(model), labels)
+        tensors["probabilities"] = _tensor(
+            "probabilities", "FP64", outcome.proba, classes=list(model.class_keys)
+        )
+    else:
+        assert outcome.mean is not None and outcome.std is not None
+        assert outcome.interval is not None
+        tensors["prediction"] = _tensor("prediction", "FP64", outcome.mean)
+        tensors["std"] = _tensor("std", "FP64", outcome.std)
+        tensors["interval"] = _tensor("interval", "FP64", outcome.interval, level=INTERVAL)
+    tensors["weights"] = _tensor("weights", "FP64", outcome.weights, experts=experts)
+    tensors["uncertainty"] = _tensor(
+        "uncertainty", "FP64", outcome.uncertainty, components=list(UNCERTAINTY)
+    )
+    return [tensors[name] for name in (requested or output_names(model))]
+
+
+def served(service: Service, name: str) -> LoadedModel:
+    model = service.runtime.require()
+    if name != model.name:
+        raise NotFound(
+            f"model {name!r} is not served here; this server serves {model.name!r}", "name"
+        )
+    return model
+
+
+async def infer(service: Service, name: str, body: Any, request_id: str, started: float) -> bytes:
+    model = served(service, name)
+    columns, rows, requested = decode(body, model, service.settings.max_batch_rows)
+    given_id = body.get("id")
+    if given_id is not None and not isinstance(given_id, str):
+        raise _bad("id", f"expected a string, got {json_type(given_id)}")
+    outcome = await service.infer(model, columns, lambda i: f"row {i}")
+    content = dumps(
+        {
+            "model_name": model.name,
+            "model_version": model.version,
+            "id": given_id if given_id is not None else request_id,
+            "parameters": {
+                "request_id": request_id,
+                "task": model.task,
+                "experts": list(model.experts),
+            },
+            "outputs": encode(outcome, requested),
+        }
+    )
+    await service.commit(outcome, rows, request_id, "oip_infer", started)
+    return content

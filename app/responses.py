@@ -1,0 +1,91 @@
+"""Turning any exception into the error body of its route family, via ``errors.STATUS``.
+
+Paths under ``/v2`` speak the Open Inference Protocol (``{"error": "..."}``, 400 for bad
+requests); every other path answers ``{"error": {"code", "message", "field"}}``. An
+unexpected exception is logged with its traceback and answered 500 without one.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+from fastapi import FastAPI
+from fastapi.exceptions import RequestValidationError
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import Response
+
+from app.errors import (
+    Fault,
+    InvalidInput,
+    MethodNotAllowed,
+    NotFound,
+    ServingError,
+    Unauthorized,
+    as_serving_error,
+    native_body,
+    oip_body,
+    oip_status,
+    status_of,
+)
+
+log = logging.getLogger("iabma.errors")
+OIP_PREFIX = "/v2"
+
+
+def json_response(
+    content: Any, status: int = 200, headers: dict[str, str] | None = None
+) -> Response:
+    body = (
+        content
+        if isinstance(content, bytes)
+        else json.dumps(content, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode(
+            "utf-8"
+        )
+    )
+    return Response(body, status_code=status, headers=headers, media_type="application/json")
+
+
+def error_response(exc: BaseException, path: str, status: int | None = None) -> Response:
+    err = as_serving_error(exc)
+    status = status or status_of(err)
+    headers = {"WWW-Authenticate": "Bearer"} if isinstance(err, Unauthorized) else None
+    if path == OIP_PREFIX or path.startswith(OIP_PREFIX + "/"):
+        return json_response(oip_body(err), oip_status(status), headers)
+    return json_response(native_body(err), status, headers)
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    async def serving_error(request: Request, exc: Exception) -> Response:
+        return error_response(exc, request.url.path)
+
+    async def http_error(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, HTTPException)
+        method, path = request.method, request.url.path
+        if exc.status_code == 404:
+            return error_response(NotFound(f"no such route: {method} {path}", "path"), path)
+        if exc.status_code == 405:
+            err = MethodNotAllowed(f"{method} is not allowed on {path}", "method")
+            return error_response(err, path)
+        return error_response(ServingError(str(exc.detail)), path, exc.status_code)
+
+    async def validation_error(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, RequestValidationError)
+        faults = [
+            Fault("invalid_value", ".".join(str(p) for p in e.get("loc", ())), str(e.get("msg")))
+            for e in exc.errors()
+        ]
+        return error_response(
+            InvalidInput(faults or [Fault("invalid_value", "", "invalid")]), request.url.path
+        )
+
+    async def unexpected(request: Request, exc: Exception) -> Response:
+        log.error("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
+        return error_response(exc, request.url.path)
+
+    app.add_exception_handler(ServingError, serving_error)
+    app.add_exception_handler(HTTPException, http_error)
+    app.add_exception_handler(RequestValidationError, validation_error)
+    app.add_exception_handler(Exception, unexpected)

@@ -1,0 +1,37 @@
+"""``POST /admin/reload``: re-resolve LATEST (or the pinned version) and swap atomically."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request
+from starlette.responses import Response
+
+from app.responses import json_response
+from app.schemas import ErrorBody, Reloaded
+from app.service import Service
+
+
+async def reload(request: Request) -> Response:
+    service: Service = request.app.state.service
+    return json_response(await service.reload(request.headers.get("authorization")))
+
+
+def router() -> APIRouter:
+    r = APIRouter()
+    r.add_api_route(
+        "/admin/reload",
+        reload,
+        methods=["POST"],
+        response_model=None,
+        responses={
+            200: {"model": Reloaded},
+            401: {"model": ErrorBody},
+            404: {"model": ErrorBody},
+            409: {"model": ErrorBody},
+        },
+        description=(
+            "Needs `Authorization: Bearer <IABMA_ADMIN_TOKEN>`; 404 when no token is configured. "
+            "A bundle that fails verification is refused with 409 and the serving version stays. "
+            "Each worker process reloads on its own."
+        ),
+    )
+    return r

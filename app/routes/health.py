@@ -1,0 +1,56 @@
+"""``/livez``, ``/readyz`` and ``/models``: is the process up, can it serve, and what."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request
+from starlette.responses import Response
+
+from app.responses import json_response
+from app.schemas import ERRORS
+from app.service import Service
+
+
+async def livez() -> Response:
+    return json_response({"status": "alive"})
+
+
+async def readyz(request: Request) -> Response:
+    service: Service = request.app.state.service
+    runtime = service.runtime
+    model = runtime.current
+    if runtime.ready and model is not None:
+        return json_response({"status": "ready", "model": model.name, "version": model.version})
+    reason = "draining" if runtime.draining else "loading"
+    return json_response({"status": reason}, status=503)
+
+
+async def models(request: Request) -> Response:
+    service: Service = request.app.state.service
+    return json_response(service.runtime.require().summary)
+
+
+def router() -> APIRouter:
+    r = APIRouter()
+    r.add_api_route(
+        "/livez",
+        livez,
+        methods=["GET"],
+        response_model=None,
+        description="200 while the process runs.",
+    )
+    r.add_api_route(
+        "/readyz",
+        readyz,
+        methods=["GET"],
+        response_model=None,
+        description="200 with a bundle loaded; 503 while loading or draining after SIGTERM.",
+    )
+    r.add_api_route(
+        "/models",
+        models,
+        methods=["GET"],
+        response_model=None,
+        responses={503: ERRORS[503]},
+        description="The served bundle's manifest: experts, their test metrics, the version.",
+    )
+    return r

@@ -1,0 +1,52 @@
+"""``POST /predict``: rows in, the mixture's prediction, weights and uncertainty out."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request
+from starlette.responses import Response
+
+from app.body import json_body
+from app.responses import json_response
+from app.schemas import ERRORS, PredictRequest, PredictResponse
+from app.service import Service
+
+DESCRIPTION = """
+Every ONNX graph of the bundle runs once for the whole batch. Per instance the answer holds
+the prediction (a label with class probabilities, or a mean with std and a 90% interval),
+the gate's `weights` per expert, each expert's own prediction, and the `uncertainty`
+split (total, aleatoric, epistemic, selection). The response is sent only after its audit
+record is committed (503 if the audit store is unavailable).
+
+Bad input is a 4xx naming the field: a missing or unknown feature, a wrong type, NaN or
+Infinity (send `null` for a missing value), an unknown category (422, unless
+`IABMA_UNKNOWN_CATEGORY=missing`), an empty batch (422), more rows than
+`IABMA_MAX_BATCH_ROWS` or a body over `IABMA_MAX_BODY_BYTES` (413), malformed JSON (400),
+or a content type other than `application/json` (415).
+"""
+
+
+async def predict(request: Request) -> Response:
+    service: Service = request.app.state.service
+    body = await json_body(request, service.settings.max_body_bytes)
+    state = request.scope["state"]
+    content = await service.predict(body, state["request_id"], state["started"])
+    return json_response(content)
+
+
+def router() -> APIRouter:
+    r = APIRouter()
+    r.add_api_route(
+        "/predict",
+        predict,
+        methods=["POST"],
+        response_model=None,
+        responses={200: {"model": PredictResponse}, **ERRORS},
+        openapi_extra={
+            "requestBody": {
+                "required": True,
+                "content": {"application/json": {"schema": PredictRequest.model_json_schema()}},
+            }
+        },
+        description=DESCRIPTION,
+    )
+    return r

@@ -1,0 +1,32 @@
+"""``GET /weights``: an audited record, the gate's weights now, or a page of records."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request
+from starlette.responses import Response
+
+from app import weights as logic
+from app.responses import json_response
+from app.schemas import ERRORS, AuditRecordOut, GateWeights, RecordPage
+from app.service import Service
+
+
+async def weights(request: Request) -> Response:
+    service: Service = request.app.state.service
+    result = await logic.weights(
+        service, request.query_params.multi_items(), request.scope["state"]["request_id"]
+    )
+    return json_response(result)
+
+
+def router() -> APIRouter:
+    r = APIRouter()
+    r.add_api_route(
+        "/weights",
+        weights,
+        methods=["GET"],
+        response_model=None,
+        responses={200: {"model": AuditRecordOut | GateWeights | RecordPage}, **ERRORS},
+        description=logic.__doc__ or "",
+    )
+    return r

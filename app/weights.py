@@ -1,0 +1,182 @@
+"""``GET /weights``: a past record, the gate's weights for an input now, or a page of records.
+
+The query decides the mode:
+
+- ``request_id=...`` alone returns the stored record (the latest one, should a client
+  have reused an id);
+- feature values (``x1=0.5&x2=-1``, every feature, an empty value meaning missing) run
+  the gate only, with the same validation as ``POST /predict``;
+- otherwise the served model's records are listed, newest first: ``since`` and ``until``
+  (ISO-8601; naive means UTC; since inclusive, until exclusive), ``expert``, ``limit``
+  (1-1000, default 100) and ``cursor`` select them, and each expert's mean weight and
+  argmax share are given over every record matching the filter. ``expert`` keeps the
+  records whose top expert (largest mean weight over the record's rows) is that expert.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from app.audit.store import RecordFilter, decode_cursor
+from app.errors import Fault, InvalidInput, NotFound
+from app.inference import gate_only
+from app.inputs import query_row
+from app.observe import REQUEST_ID
+from app.service import Service
+
+LISTING = ("since", "until", "expert", "limit", "cursor")
+MAX_LIMIT = 1000
+DEFAULT_LIMIT = 100
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def _single(items: Sequence[tuple[str, str]]) -> dict[str, str]:
+    params: dict[str, str] = {}
+    twice = []
+    for key, value in items:
+        if key in params:
+            twice.append(key)
+        params[key] = value
+    if twice:
+        raise InvalidInput(
+            [Fault("duplicate_parameter", k, "given more than once") for k in sorted(set(twice))]
+        )
+    return params
+
+
+def _time_us(name: str, text: str) -> int:
+    try:
+        stamp = datetime.fromisoformat(text)
+    except ValueError:
+        raise InvalidInput(
+            [Fault("invalid_value", name, f"expected an ISO-8601 time, got {text!r}")]
+        ) from None
+    if stamp.tzinfo is None:
+        stamp = stamp.replace(tzinfo=UTC)
+    delta = stamp - _EPOCH
+    return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
+
+
+def _limit(text: str | None) -> int:
+    if text is None:
+        return DEFAULT_LIMIT
+    if not text.isdigit() or not 1 <= int(text) <= MAX_LIMIT:
+        raise InvalidInput(
+            [
+                Fault(
+                    "invalid_value",
+                    "limit",
+                    f"expected an integer from 1 to {MAX_LIMIT}, got {text!r}",
+                )
+            ]
+        )
+    return int(text)
+
+
+async def weights(
+    service: Service, items: Sequence[tuple[str, str]], request_id: str
+) -> dict[str, Any]:
+    model = service.runtime.require()
+    params = _single(items)
+    keys = set(params)
+    features = set(model.features.names)
+    if "request_id" in keys and "request_id" not in features:
+        return await _record(service, params)
+    if keys & features:
+        return _gate(service, params, request_id)
+    unknown = sorted(keys - set(LISTING))
+    if unknown:
+        raise InvalidInput(
+            [
+                Fault(
+                    "unknown_parameter",
+                    k,
+                    "unknown query parameter; give request_id, the features "
+                    f"({model.features.names_text}), or {', '.join(LISTING)}",
+                )
+                for k in unknown
+            ]
+        )
+    return await _page(service, params)
+
+
+async def _record(service: Service, params: dict[str, str]) -> dict[str, Any]:
+    others = sorted(set(params) - {"request_id"})
+    if others:
+        raise InvalidInput(
+            [
+                Fault("conflicting_parameter", k, "cannot be combined with request_id")
+                for k in others
+            ]
+        )
+    rid = params["request_id"]
+    if not REQUEST_ID.match(rid):
+        raise InvalidInput(
+            [Fault("invalid_value", "request_id", "must be 1-128 letters, digits or ._:/+=-")]
+        )
+    store = service.require_store()
+    record = await service.read_store(store.find, rid)
+    if record is None:
+        raise NotFound(f"no audit record with request id {rid!r}", field="request_id")
+    return record
+
+
+def _gate(service: Service, params: dict[str, str], request_id: str) -> dict[str, Any]:
+    model = service.runtime.require()
+    table = model.features
+    columns = table.columns([query_row(params, table)], lambda _i, name: name)
+    w, seconds = gate_only(model, columns, lambda _i: "query")
+    service.metrics.observe_graphs((model.name, model.version), {"gate": seconds})
+    row = w[0].tolist()
+    return {
+        "model": model.name,
+        "version": model.version,
+        "request_id": request_id,
+        "weights": dict(zip(model.experts, row, strict=True)),
+        "top_expert": model.experts[max(range(len(row)), key=row.__getitem__)],
+    }
+
+
+async def _page(service: Service, params: dict[str, str]) -> dict[str, Any]:
+    model = service.runtime.require()
+    since = _time_us("since", params["since"]) if "since" in params else None
+    until = _time_us("until", params["until"]) if "until" in params else None
+    if since is not None and until is not None and since >= until:
+        raise InvalidInput([Fault("invalid_value", "until", "must be later than since")])
+    expert = params.get("expert")
+    if expert is not None and expert not in model.experts:
+        raise InvalidInput(
+            [
+                Fault(
+                    "unknown_expert",
+                    "expert",
+                    f"unknown expert {expert!r}; known: {', '.join(model.experts)}",
+                )
+            ]
+        )
+    cursor = decode_cursor(params["cursor"]) if "cursor" in params else None
+    flt = RecordFilter(
+        model=model.name,
+        since_us=since,
+        until_us=until,
+        expert=expert,
+        limit=_limit(params.get("limit")),
+        cursor=cursor,
+    )
+    store = service.require_store()
+    records, next_cursor = await service.read_store(store.page, flt)
+    aggregate = await service.read_store(store.aggregate, flt)
+    return {
+        "model": model.name,
+        "filter": {
+            "since": params.get("since"),
+            "until": params.get("until"),
+            "expert": expert,
+            "limit": flt.limit,
+        },
+        "records": records,
+        "next_cursor": next_cursor,
+        "aggregate": aggregate,
+    }

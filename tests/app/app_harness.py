@@ -1,0 +1,215 @@
+"""Two ways to talk to a real app: httpx's ASGI transport, and uvicorn on 127.0.0.1.
+
+Both run the app's lifespan (bundle load, audit trail) on their own event loop thread and
+offer the same synchronous ``get``/``post``/``request`` methods, so one test body can be
+run through both transports. :class:`UvicornProcess` runs the app in a child process the
+way the container does (``uvicorn app.main:create_app --factory``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Coroutine
+from concurrent.futures import Future
+from pathlib import Path
+from typing import Any
+
+import httpx
+import uvicorn
+from fastapi import FastAPI
+
+from app.main import create_app
+from app.service import Service
+from app.settings import Settings
+
+ROOT = Path(__file__).resolve().parents[2]
+PYTHON = sys.executable
+
+
+class AsgiHarness:
+    """The app behind ``httpx.ASGITransport``, with its lifespan running."""
+
+    kind = "asgi"
+
+    def __init__(self, settings: Settings, lifespan: bool = True) -> None:
+        self.app: FastAPI = create_app(settings)
+        self._lifespan = lifespan
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
+        self._stop = asyncio.Event()
+        self._done: Future[None] | None = None
+        self.base_url = "http://testserver"
+
+    @property
+    def service(self) -> Service:
+        return self.app.state.service
+
+    def run(self, coro: Coroutine[Any, Any, Any], timeout: float = 60) -> Any:
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout)
+
+    def __enter__(self) -> AsgiHarness:
+        self._thread.start()
+        started: Future[None] = Future()
+
+        async def main() -> None:
+            self._stop = asyncio.Event()
+            try:
+                if self._lifespan:
+                    async with self.app.router.lifespan_context(self.app):
+                        started.set_result(None)
+                        await self._stop.wait()
+                else:
+                    started.set_result(None)
+                    await self._stop.wait()
+            except BaseException as exc:
+                if not started.done():
+                    started.set_exception(exc)
+                raise
+
+        self._done = asyncio.run_coroutine_threadsafe(main(), self._loop)
+        started.result(60)
+        self.client = httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=self.app), base_url=self.base_url, timeout=30
+        )
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.run(self.client.aclose())
+        self._loop.call_soon_threadsafe(self._stop.set)
+        assert self._done is not None
+        self._done.result(60)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(10)
+        self._loop.close()
+
+    def request(self, method: str, url: str, **kw: Any) -> httpx.Response:
+        return self.run(self.client.request(method, url, **kw))
+
+    def get(self, url: str, **kw: Any) -> httpx.Response:
+        return self.request("GET", url, **kw)
+
+    def post(self, url: str, **kw: Any) -> httpx.Response:
+        return self.request("POST", url, **kw)
+
+
+def free_socket() -> socket.socket:
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", 0))
+    return sock
+
+
+class UvicornHarness:
+    """The app served by uvicorn on 127.0.0.1 from a thread of this process."""
+
+    kind = "uvicorn"
+
+    def __init__(self, settings: Settings) -> None:
+        self.app: FastAPI = create_app(settings)
+        self._sock = free_socket()
+        port = self._sock.getsockname()[1]
+        self.base_url = f"http://127.0.0.1:{port}"
+        config = uvicorn.Config(self.app, log_config=None, access_log=False, lifespan="on")
+        self.server = uvicorn.Server(config)
+        self._thread = threading.Thread(
+            target=self.server.run, kwargs={"sockets": [self._sock]}, daemon=True
+        )
+
+    @property
+    def service(self) -> Service:
+        return self.app.state.service
+
+    def __enter__(self) -> UvicornHarness:
+        self._thread.start()
+        deadline = time.monotonic() + 60
+        while not self.server.started:
+            if not self._thread.is_alive() or time.monotonic() > deadline:
+                raise RuntimeError("uvicorn did not start; see the log above")
+            time.sleep(0.02)
+        self.client = httpx.Client(base_url=self.base_url, timeout=30)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.client.close()
+        self.server.should_exit = True
+        self._thread.join(30)
+        self._sock.close()
+
+    def request(self, method: str, url: str, **kw: Any) -> httpx.Response:
+        return self.client.request(method, url, **kw)
+
+    def get(self, url: str, **kw: Any) -> httpx.Response:
+        return self.request("GET", url, **kw)
+
+    def post(self, url: str, **kw: Any) -> httpx.Response:
+        return self.request("POST", url, **kw)
+
+
+def harness(kind: str, settings: Settings) -> AsgiHarness | UvicornHarness:
+    return AsgiHarness(settings) if kind == "asgi" else UvicornHarness(settings)
+
+
+class UvicornProcess:
+    """``uvicorn app.main:create_app --factory`` (or any argv) as a child process."""
+
+    def __init__(
+        self,
+        env: dict[str, str],
+        extra_args: tuple[str, ...] = (),
+        cwd: Path = ROOT,
+        argv: Callable[[int], list[str]] | None = None,
+    ) -> None:
+        sock = free_socket()
+        self.port = sock.getsockname()[1]
+        sock.close()
+        self.base_url = f"http://127.0.0.1:{self.port}"
+        self.argv = argv(self.port) if argv else [
+            PYTHON, "-m", "uvicorn", "app.main:create_app", "--factory",
+            "--host", "127.0.0.1", "--port", str(self.port), *extra_args,
+        ]  # fmt: skip
+        full_env = {k: v for k, v in os.environ.items() if not k.startswith("IABMA_")}
+        full_env.update(env)
+        full_env["PYTHONPATH"] = str(ROOT)
+        self.proc = subprocess.Popen(
+            self.argv,
+            cwd=cwd,
+            env=full_env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+
+    def wait_ready(self, timeout: float = 60) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                out, err = self.proc.communicate()
+                raise RuntimeError(f"server exited with {self.proc.returncode}:\n{err}\n{out}")
+            try:
+                if httpx.get(self.base_url + "/readyz", timeout=1).status_code == 200:
+                    return
+            except httpx.TransportError:
+                pass
+            time.sleep(0.1)
+        raise RuntimeError("server did not become ready in time")
+
+    def terminate(self, timeout: float = 30) -> tuple[int, str, str]:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        out, err = self.proc.communicate(timeout=timeout)
+        return self.proc.returncode, out, err
+
+    def __enter__(self) -> UvicornProcess:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.communicate(timeout=10)

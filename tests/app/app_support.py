@@ -1,0 +1,70 @@
+"""Data shared by the serving tests: trained bundles, instances, settings, PostgreSQL access.
+
+A plain module rather than conftest.py, so that test modules can import it by a name no
+other test directory uses.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import psycopg
+
+from app.settings import Settings
+
+PG_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
+PG_DSN = "host=127.0.0.1 port=5432 user=postgres dbname=test connect_timeout=3"
+
+
+@dataclass(frozen=True)
+class Trained:
+    name: str
+    est: Any
+    X: pd.DataFrame  # held-out rows, raw as the estimator takes them
+    version: str
+
+    def instances(self, rows: slice | list[int]) -> list[dict[str, Any]]:
+        return instances(self.X.iloc[rows])
+
+
+def instances(frame: pd.DataFrame) -> list[dict[str, Any]]:
+    """Rows as JSON instances: NaN and None become null."""
+    return [{k: _json_value(v) for k, v in rec.items()} for rec in frame.to_dict(orient="records")]
+
+
+def _json_value(v: Any) -> Any:
+    if v is None or (isinstance(v, float) and np.isnan(v)):
+        return None
+    if isinstance(v, np.generic):
+        return v.item()
+    return v
+
+
+@dataclass(frozen=True)
+class Bundles:
+    store: Path
+    demo: Trained
+    credit: Trained
+    creditcls: Trained
+
+
+def make_settings(store: Path, audit_dir: Path, name: str = "demo", **kw: Any) -> Settings:
+    """Settings for a test: its own SQLite trail unless ``audit_url`` is given."""
+    kw.setdefault("audit_url", f"sqlite:///{audit_dir / 'audit.db'}")
+    kw.setdefault("log_level", "WARNING")
+    return Settings(store=store, model_name=name, **kw)
+
+
+def pg_schema(url: str) -> str:
+    return url.rsplit("%3D", 1)[-1]
+
+
+def pg_count(url: str, table: str = "iabma_audit_records") -> int:
+    with psycopg.connect(PG_DSN) as conn:
+        row = conn.execute(f'select count(*) from "{pg_schema(url)}".{table}').fetchone()
+    assert row is not None
+    return int(row[0])

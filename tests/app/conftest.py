@@ -1,0 +1,107 @@
+"""Bundles trained once per session, PostgreSQL, and app harnesses for the serving tests.
+
+Three bundles go into one temporary store: ``demo`` (the paper's simulation, 5 experts,
+integer labels), ``credit`` (credit-g regression of ``credit_amount``: 13 categorical
+columns, one expert reading only 4 numeric features) and ``creditcls`` (credit-g
+classification with string labels). The fitted estimators are the oracles.
+"""
+
+from __future__ import annotations
+
+import shutil
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from urllib.parse import quote
+
+import psycopg
+import pytest
+from app_support import PG_DSN, PG_URL, Bundles, Trained
+
+
+@pytest.fixture(scope="session")
+def bundles(tmp_path_factory: pytest.TempPathFactory) -> Bundles:
+    from sklearn.ensemble import RandomForestClassifier, RandomForestRegressor
+    from sklearn.linear_model import LogisticRegression, Ridge
+
+    from training.datasets import load_shared, simulate
+    from training.estimator import IABMAClassifier, IABMARegressor
+    from training.experts.defaults import simulation_experts
+    from training.experts.spec import Expert
+    from training.export.bundle import export_bundle
+
+    store = tmp_path_factory.mktemp("models_store")
+
+    train, test = simulate(1000, 0), simulate(300, 10_000)
+    demo = IABMAClassifier(simulation_experts(), random_state=0).fit(train.X, train.y)
+    demo_path = export_bundle(demo, store, "demo", test.X)
+
+    data = load_shared("credit-g")
+    X = data.X.drop(columns=["credit_amount"]).assign(**{"class": data.y})
+    y = data.X["credit_amount"]
+    reg_experts = [
+        Expert("ridge", Ridge()),
+        Expert("forest", RandomForestRegressor(n_estimators=20, max_depth=6, random_state=0)),
+        Expert(
+            "ridge_num",
+            Ridge(alpha=3.0),
+            features=("duration", "age", "installment_commitment", "residence_since"),
+        ),
+    ]
+    credit = IABMARegressor(reg_experts, cv=3, random_state=0).fit(X.iloc[:800], y.iloc[:800])
+    credit_path = export_bundle(credit, store, "credit", X.iloc[800:])
+
+    cls_experts = [
+        Expert("linear", LogisticRegression(max_iter=2000)),
+        Expert("forest", RandomForestClassifier(n_estimators=20, max_depth=6, random_state=0)),
+    ]
+    Xc, yc = data.X, data.y
+    creditcls = IABMAClassifier(cls_experts, cv=3, random_state=0).fit(Xc.iloc[:800], yc.iloc[:800])
+    cls_path = export_bundle(creditcls, store, "creditcls", Xc.iloc[800:])
+
+    return Bundles(
+        store=store,
+        demo=Trained("demo", demo, test.X.reset_index(drop=True), demo_path.name),
+        credit=Trained("credit", credit, X.iloc[800:].reset_index(drop=True), credit_path.name),
+        creditcls=Trained(
+            "creditcls", creditcls, Xc.iloc[800:].reset_index(drop=True), cls_path.name
+        ),
+    )
+
+
+@pytest.fixture
+def store_copy(bundles: Bundles, tmp_path: Path) -> Path:
+    """A private, writable copy of the store, for tests that publish or tamper."""
+    dest = tmp_path / "store"
+    shutil.copytree(bundles.store, dest)
+    for f in dest.rglob("*"):
+        f.chmod(0o755 if f.is_dir() else 0o644)
+    return dest
+
+
+@pytest.fixture(scope="session")
+def pg_server() -> str:
+    """Fail (never skip) when the PostgreSQL this project tests against is down."""
+    try:
+        with psycopg.connect(PG_DSN) as conn:
+            conn.execute("select 1")
+    except psycopg.OperationalError as exc:
+        pytest.fail(
+            "PostgreSQL at 127.0.0.1:5432 (user postgres, database test) is unreachable, and "
+            "the audit-trail tests must run against it. Start it with: pg_ctlcluster "
+            f"--skip-systemctl-redirect $(ls /etc/postgresql) main start\n{exc}"
+        )
+    return PG_URL
+
+
+@pytest.fixture
+def pg_url(pg_server: str) -> Iterator[str]:
+    """A URL whose search_path is a fresh schema, dropped after the test."""
+    schema = f"iabma_test_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(PG_DSN, autocommit=True) as conn:
+        conn.execute(f'create schema "{schema}"')
+    try:
+        yield f"{pg_server}?options={quote(f'-csearch_path={schema}')}"
+    finally:
+        with psycopg.connect(PG_DSN, autocommit=True) as conn:
+            conn.execute(f'drop schema "{schema}" cascade')

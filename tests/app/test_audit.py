@@ -1,0 +1,217 @@
+"""The audit trail, against SQLite and against the real PostgreSQL on this machine."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import sqlite3
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+import psycopg
+import pytest
+from app_harness import AsgiHarness, UvicornHarness, harness
+from app_support import PG_DSN, Bundles, make_settings, pg_schema
+
+from app.audit.records import AuditRecord, now_us
+from app.audit.store import AuditStore
+from app.audit.writer import AuditWriter
+from app.metrics import ServiceMetrics
+
+N = 60
+
+
+class Trail:
+    """Raw SQL access to a trail, independent of the app's own queries."""
+
+    def __init__(self, url: str, sqlite_file: Path | None) -> None:
+        self.url = url
+        self.sqlite_file = sqlite_file
+
+    def rows(self, sql: str) -> list[tuple[Any, ...]]:
+        if self.sqlite_file is not None:
+            with sqlite3.connect(self.sqlite_file) as conn:
+                return conn.execute(sql).fetchall()
+        with psycopg.connect(PG_DSN) as conn:
+            conn.execute(f'set search_path to "{pg_schema(self.url)}"')
+            return conn.execute(sql).fetchall()
+
+    def execute(self, sql: str) -> None:
+        if self.sqlite_file is not None:
+            with sqlite3.connect(self.sqlite_file) as conn:
+                conn.execute(sql)
+            return
+        with psycopg.connect(PG_DSN, autocommit=True) as conn:
+            conn.execute(f'set search_path to "{pg_schema(self.url)}"')
+            conn.execute(sql)
+
+    def count(self) -> int:
+        return int(self.rows("select count(*) from iabma_audit_records")[0][0])
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def trail(request: pytest.FixtureRequest, tmp_path: Path) -> Trail:
+    if request.param == "sqlite":
+        file = tmp_path / "trail" / "audit.db"
+        return Trail(f"sqlite:///{file}", file)
+    return Trail(request.getfixturevalue("pg_url"), None)
+
+
+@pytest.fixture
+def serve(bundles: Bundles, tmp_path: Path) -> Callable[..., Any]:
+    def build(kind: str, trail: Trail, **kw: Any) -> AsgiHarness | UvicornHarness:
+        settings = make_settings(bundles.store, tmp_path, "demo", audit_url=trail.url, **kw)
+        return harness(kind, settings)
+
+    return build
+
+
+async def _burst(
+    base_url: str, rows: list[dict[str, Any]], transport: Any = None
+) -> list[httpx.Response]:
+    async with httpx.AsyncClient(base_url=base_url, transport=transport, timeout=30) as client:
+        return await asyncio.gather(
+            *[
+                client.post(
+                    "/predict", json={"instances": [row]}, headers={"X-Request-ID": f"burst-{k}"}
+                )
+                for k, row in enumerate(rows)
+            ]
+        )
+
+
+@pytest.mark.parametrize("kind", ["uvicorn", "asgi"])
+def test_n_concurrent_requests_give_n_records(
+    kind: str, trail: Trail, serve: Callable[..., Any], bundles: Bundles
+) -> None:
+    rows = bundles.demo.instances(slice(0, N))
+    with serve(kind, trail) as app:
+        if isinstance(app, UvicornHarness):
+            responses = asyncio.run(_burst(app.base_url, rows))
+        else:
+            responses = app.run(_burst(app.base_url, rows, httpx.ASGITransport(app=app.app)))
+        assert [r.status_code for r in responses] == [200] * N
+        assert trail.count() == N
+        stored = dict(trail.rows("select request_id, predictions_json from iabma_audit_records"))
+        for r in responses:
+            rid = r.json()["request_id"]
+            assert json.loads(stored[rid]) == r.json()["predictions"]
+            back = app.get("/weights", params={"request_id": rid}).json()
+            assert back["predictions"] == r.json()["predictions"]
+            assert back["version"] == r.json()["version"]
+        commits = sum(v[2] for v in app.service.metrics.audit_commit_seconds.values.values())
+        assert commits < N, "concurrent records share group commits"
+    weights = trail.rows(
+        "select expert, sum(weight_sum), sum(n) from iabma_audit_expert_weights group by expert"
+    )
+    for expert, total, n in weights:
+        assert int(n) == N
+        assert float(total) == pytest.approx(
+            sum(r.json()["predictions"][0]["weights"][expert] for r in responses)
+        )
+
+
+@pytest.mark.parametrize("mode", ["full", "hash", "off"])
+def test_payload_modes(mode: str, trail: Trail, serve: Callable[..., Any]) -> None:
+    instances = [{"x2": -0.5, "x1": 1.25}, {"x1": None, "x2": 3}]
+    with serve("asgi", trail, audit_payload=mode) as app:
+        r = app.post("/predict", json={"instances": instances[:1]}, headers={"X-Request-ID": "p-1"})
+        assert r.status_code == 200
+        stored = app.get("/weights", params={"request_id": "p-1"}).json()["input"]
+    canonical = json.dumps(instances[:1], sort_keys=True, separators=(",", ":")).encode()
+    digest = hashlib.sha256(canonical).hexdigest()
+    ((raw_json, raw_hash),) = trail.rows("select input_json, input_sha256 from iabma_audit_records")
+    if mode == "full":
+        assert stored == {"mode": "full", "sha256": digest, "instances": instances[:1]}
+        assert json.loads(raw_json) == instances[:1] and raw_hash == digest
+    elif mode == "hash":
+        assert stored == {"mode": "hash", "sha256": digest}
+        assert raw_json is None and raw_hash == digest
+    else:
+        assert stored == {"mode": "off"}
+        assert raw_json is None and raw_hash is None
+
+
+def test_store_failure_is_a_503_and_records_nothing(
+    trail: Trail, serve: Callable[..., Any]
+) -> None:
+    with serve("uvicorn", trail) as app:
+        ok = app.post("/predict", json={"instances": [{"x1": 0.1, "x2": 0.2}]})
+        assert ok.status_code == 200
+        # The second insert of the group commit fails: the whole transaction must roll back.
+        trail.execute("drop table iabma_audit_expert_weights")
+        r = app.post("/predict", json={"instances": [{"x1": 0.3, "x2": 0.4}]})
+        assert r.status_code == 503, r.text
+        assert r.json()["error"]["code"] == "audit_unavailable"
+        assert "nothing was recorded" in r.json()["error"]["message"]
+        assert trail.count() == 1
+        assert app.get("/livez").status_code == 200
+        failures = app.service.metrics.audit_failures.values
+        assert sum(failures.values()) == 1
+
+
+def _record(rid: str) -> AuditRecord:
+    return AuditRecord(
+        request_id=rid,
+        created_us=now_us(),
+        model="demo",
+        version="v1",
+        route="predict",
+        task="classification",
+        experts=("a", "b"),
+        weights=np.array([[0.25, 0.75]]),
+        items=[{"weights": {"a": 0.25, "b": 0.75}}],
+        latency_ms=1.0,
+        input_mode="hash",
+        instances=[{"x": 1}],
+    )
+
+
+def test_closing_the_writer_flushes_the_queue(trail: Trail) -> None:
+    async def main() -> list[Any]:
+        store = AuditStore(trail.url, 10.0)
+        store.prepare()
+        writer = AuditWriter(store, ServiceMetrics(), lambda: ("demo", "v1"), 4, 10.0)
+        writer.start()
+        waiting = [asyncio.ensure_future(writer.write(_record(f"q-{k}"))) for k in range(25)]
+        await asyncio.sleep(0)  # every record is queued, none committed yet
+        assert writer.depth == 25
+        await writer.close()
+        results = await asyncio.gather(*waiting, return_exceptions=True)
+        store.close()
+        return results
+
+    assert asyncio.run(main()) == [None] * 25
+    assert trail.count() == 25
+    groups = trail.rows("select count(*) from iabma_audit_expert_weights")[0][0]
+    assert groups == 50
+
+
+def test_tables_are_created_once_by_racing_writers(trail: Trail) -> None:
+    stores = [AuditStore(trail.url, 10.0) for _ in range(4)]
+
+    async def main() -> None:
+        await asyncio.gather(*[asyncio.to_thread(s.prepare) for s in stores])
+
+    asyncio.run(main())
+    for s in stores:
+        s.insert([_record("race")])
+        s.close()
+    assert trail.count() == 4
+
+
+def test_sqlite_default_creates_var_in_the_working_directory(
+    bundles: Bundles, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    settings = make_settings(bundles.store, tmp_path, "demo", audit_url="sqlite:///./var/audit.db")
+    with AsgiHarness(settings) as app:
+        assert app.post("/predict", json={"instances": [{"x1": 1, "x2": 2}]}).status_code == 200
+    assert (tmp_path / "var" / "audit.db").is_file()
+    with sqlite3.connect(tmp_path / "var" / "audit.db") as conn:
+        assert conn.execute("pragma journal_mode").fetchone()[0] == "wal"
+        assert conn.execute("select count(*) from iabma_audit_records").fetchone()[0] == 1

@@ -1,0 +1,82 @@
+"""The app as it is deployed: ``iabma serve`` and ``uvicorn --factory --workers 2``."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import httpx
+from app_harness import PYTHON, ROOT, UvicornProcess
+from app_support import Bundles, pg_count
+
+N = 40
+
+
+async def _burst(url: str, n: int) -> list[httpx.Response]:
+    async with httpx.AsyncClient(base_url=url, timeout=30) as client:
+        return await asyncio.gather(
+            *[
+                client.post("/predict", json={"instances": [{"x1": k / n, "x2": -k / n}]})
+                for k in range(n)
+            ]
+        )
+
+
+def test_iabma_serve_with_the_default_sqlite_trail(bundles: Bundles, tmp_path: Path) -> None:
+    cwd = tmp_path / "run"
+    cwd.mkdir()
+
+    def argv(port: int) -> list[str]:
+        return [
+            PYTHON, "-c", "import sys; from training.cli import main; sys.exit(main())",
+            "serve", "--store", str(bundles.store), "--name", "demo", "--port", str(port),
+        ]  # fmt: skip
+
+    with UvicornProcess({}, cwd=cwd, argv=argv) as served:
+        served.wait_ready()
+        r = httpx.post(served.base_url + "/predict", json={"instances": [{"x1": 1.0, "x2": 0.0}]})
+        assert r.status_code == 200, r.text
+        rid = r.headers["x-request-id"]
+        assert (
+            httpx.get(served.base_url + "/weights", params={"request_id": rid}).status_code == 200
+        )
+        _, _, err = served.terminate()
+    # The only thing the app writes is the audit SQLite file's directory.
+    assert (
+        sorted(p.relative_to(cwd).as_posix() for p in cwd.rglob("*") if p.is_file())[0]
+        == "var/audit.db"
+    )
+    assert {p.relative_to(cwd).parts[0] for p in cwd.rglob("*")} == {"var"}
+    lines = [json.loads(line) for line in err.splitlines() if line.startswith("{")]
+    logged = [line for line in lines if line.get("request_id") == rid]
+    assert logged and logged[0]["route"] == "/predict" and logged[0]["status"] == 200
+    assert isinstance(logged[0]["latency_ms"], float)
+
+
+def test_two_workers_share_one_postgres_trail(
+    bundles: Bundles, pg_url: str, tmp_path: Path
+) -> None:
+    cwd = tmp_path / "empty"
+    cwd.mkdir()
+    env = {
+        "IABMA_STORE": str(bundles.store),
+        "IABMA_MODEL_NAME": "demo",
+        "IABMA_AUDIT_URL": pg_url,
+    }
+    with UvicornProcess(env, ("--workers", "2"), cwd=cwd) as served:
+        served.wait_ready()
+        responses = asyncio.run(_burst(served.base_url, N))
+        assert [r.status_code for r in responses] == [200] * N
+        assert pg_count(pg_url) == N
+        for r in responses[:5]:
+            back = httpx.get(
+                served.base_url + "/weights", params={"request_id": r.json()["request_id"]}
+            )
+            assert back.json()["predictions"] == r.json()["predictions"]
+        page = httpx.get(served.base_url + "/weights", params={"limit": 1000}).json()
+        assert page["aggregate"]["records"] == N
+        _, _, err = served.terminate()
+    assert "Traceback" not in err, err
+    assert list(cwd.iterdir()) == [], "with a PostgreSQL trail the app writes nothing locally"
+    assert ROOT.is_dir()

@@ -1,0 +1,1 @@
+"""The paper's experiments: protocol, the nine methods, results and plots (issue 4)."""

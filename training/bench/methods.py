@@ -1,0 +1,133 @@
+"""Build, fit and score one method on one repetition.
+
+Every method mixes the same refitted experts through :mod:`app.bundle.mixture`; only the
+weights differ. A method learns from the out-of-fold evidence, except ``iabma_paper``
+(and, under ``paper_literal``, every method), which learns from the experts' in-sample
+likelihoods as the paper does.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from app.bundle.mixture import mix_classification, mix_regression
+from training.bench.config import DATASETS, method_params
+from training.bench.protocol import RepData
+from training.bench.schema import METHODS
+from training.combiners.base import Combiner
+from training.combiners.registry import make_combiner
+from training.errors import ParameterError
+from training.evidence import Evidence
+from training.metrics import classification_scores, regression_scores
+
+
+@dataclass(frozen=True)
+class MethodOutcome:
+    """One method's fit on one repetition and its test scores."""
+
+    name: str
+    combiner: Combiner
+    evidence_source: str  # "oof" or "in_sample"
+    fit_seconds: float
+    weights: np.ndarray  # (n_test, m)
+    temperature: float
+    scores: dict[str, float]
+    proba: np.ndarray | None  # (n_test, C) mixture probabilities (classification)
+
+
+def check_methods(methods: list[str] | tuple[str, ...]) -> list[str]:
+    """``methods`` in the table's order, each known and listed once."""
+    unknown = [m for m in methods if m not in METHODS]
+    if unknown:
+        raise ParameterError("methods", unknown, f"are not methods; choose from {list(METHODS)}")
+    if not methods:
+        raise ParameterError("methods", [], "must name at least one method")
+    return [m for m in METHODS if m in methods]
+
+
+def check_config(config: dict[str, Any], dataset: str, paper_literal: bool) -> None:
+    """Build every method once, so a bad hyperparameter fails before the experts train.
+
+    ``load_config`` accepts any name inside the per-dataset sections; a typo there would
+    otherwise be ignored silently.
+    """
+    for name, section in config["datasets"].items():
+        if name not in (*DATASETS, "csv"):
+            raise ParameterError(
+                "config", f"datasets.{name}", f"is not a dataset; known: {[*DATASETS, 'csv']}"
+            )
+        stray = [k for k in section if k not in METHODS]
+        if stray:
+            raise ParameterError(
+                "config", f"datasets.{name}.{stray[0]}", f"is not a method; known: {list(METHODS)}"
+            )
+    for name in METHODS:
+        build_method(name, config, dataset, seed=0, paper_literal=paper_literal)
+
+
+def config_key(dataset: str) -> str:
+    """The per-dataset section that applies: the dataset's own, or ``"csv"``."""
+    return dataset if dataset in DATASETS else "csv"
+
+
+def build_method(
+    name: str, config: dict[str, Any], dataset: str, seed: int, paper_literal: bool
+) -> Combiner:
+    """An unfitted combiner for ``name`` with the config's hyperparameters.
+
+    ``iabma_paper`` is an :class:`~training.gate.iabma_gate.IABMAGate` with the paper's
+    settings (``config["iabma_paper"]``); under ``paper_literal`` so is ``iabma``.
+    """
+    key = config_key(dataset)
+    if name == "iabma_paper" or (paper_literal and name == "iabma"):
+        return make_combiner(
+            "iabma", random_state=seed, **method_params(config, key, "iabma_paper")
+        )
+    return make_combiner(name, random_state=seed, **method_params(config, key, name))
+
+
+def evidence_source(name: str, paper_literal: bool) -> str:
+    """``"in_sample"`` or ``"oof"``: which likelihoods method ``name`` learns from."""
+    return "in_sample" if paper_literal or name == "iabma_paper" else "oof"
+
+
+def run_method(
+    name: str, rd: RepData, config: dict[str, Any], paper_literal: bool = False
+) -> MethodOutcome:
+    """Fit method ``name`` on ``rd``'s training rows and score its mixture on the test rows.
+
+    ``fit_seconds`` times the combiner's ``fit`` alone; the experts are shared by all.
+    """
+    source = evidence_source(name, paper_literal)
+    ev = rd.evidence_in_sample if source == "in_sample" else rd.evidence
+    combiner = build_method(name, config, rd.dataset, rd.seed, paper_literal)
+    t0 = time.perf_counter()
+    combiner.fit(rd.Z_train, ev)
+    seconds = time.perf_counter() - t0
+    weights = np.asarray(combiner.weights(rd.Z_test), dtype=np.float64)
+    temperature = float(getattr(combiner, "temperature_", 1.0))
+    scores, proba = score_mixture(rd, ev, weights, temperature)
+    return MethodOutcome(name, combiner, source, seconds, weights, temperature, scores, proba)
+
+
+def score_mixture(
+    rd: RepData, ev: Evidence, weights: np.ndarray, temperature: float
+) -> tuple[dict[str, float], np.ndarray | None]:
+    """Test scores of the mixture; regression metrics in the target's original units.
+
+    A regression mixture uses the stds of the evidence the method learnt from: under
+    in-sample likelihoods that is the in-sample residual RMSE, as
+    :class:`~training.estimator.IABMARegressor` serves it with ``likelihood_source
+    ="in_sample"``.
+    """
+    if rd.task == "classification":
+        proba = mix_classification(weights, rd.test_outputs, temperature).proba
+        return classification_scores(proba, rd.y_test), proba
+    assert ev.sigmas is not None
+    mix = mix_regression(weights, rd.test_outputs, ev.sigmas, temperature)
+    scores = regression_scores(mix, rd.y_test, rd.y_scale, mix.quantile(0.05), mix.quantile(0.95))
+    return scores, None
