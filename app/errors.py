@@ -91,6 +91,10 @@ class AdminDisabled(ServingError):
     code = "admin_disabled"
 
 
+class AuditDisabled(ServingError):
+    code = "audit_disabled"
+
+
 class ReloadFailed(ServingError):
     code = "reload_failed"
 
@@ -113,6 +117,7 @@ STATUS: dict[type[Exception], int] = {
     Unauthorized: 401,
     NotFound: 404,
     AdminDisabled: 404,
+    AuditDisabled: 404,
     MethodNotAllowed: 405,
     ReloadFailed: 409,
     PayloadTooLarge: 413,

@@ -25,6 +25,7 @@ from app.bundle.columns import Columns, n_rows
 from app.bundle.loader import BundleError
 from app.errors import (
     AdminDisabled,
+    AuditDisabled,
     AuditUnavailable,
     NotReady,
     ReloadFailed,
@@ -66,6 +67,9 @@ class Service:
         log.info(
             "serving %s version %s from %s", model.name, model.version, model.predictor.bundle.path
         )
+        if not self.settings.audit_enabled:
+            log.warning("the audit trail is disabled (IABMA_AUDIT_ENABLED=false)")
+            return
         self.store = AuditStore(self.settings.audit_url, self.settings.audit_timeout_seconds)
         await asyncio.to_thread(self.store.prepare)
         self.writer = AuditWriter(
@@ -85,6 +89,11 @@ class Service:
             self.store.close()
 
     def require_store(self) -> AuditStore:
+        if not self.settings.audit_enabled:
+            raise AuditDisabled(
+                "the audit trail is disabled on this server (IABMA_AUDIT_ENABLED=false)",
+                field="audit",
+            )
         if self.store is None:
             raise NotReady("the audit trail is not open yet; retry shortly", field="audit")
         return self.store
@@ -130,6 +139,22 @@ class Service:
         started: float,
     ) -> None:
         """Make the audit record durable, then count the prediction in the metrics."""
+        model = outcome.model
+        if self.settings.audit_enabled:
+            await self._write_record(outcome, rows, request_id, route, started)
+        labels = (model.name, model.version)
+        self.metrics.observe_graphs(labels, outcome.timings)
+        self.metrics.observe_weights(labels, model.experts, outcome.weights)
+        self.metrics.rows.inc((*labels, route), outcome.n)
+
+    async def _write_record(
+        self,
+        outcome: Outcome,
+        rows: list[dict[str, Any]],
+        request_id: str,
+        route: str,
+        started: float,
+    ) -> None:
         if self.writer is None:
             raise NotReady("the audit trail is not open yet; retry shortly", field="audit")
         model = outcome.model
@@ -148,10 +173,6 @@ class Service:
             instances=rows,
         )
         await self.writer.write(record)
-        labels = (model.name, model.version)
-        self.metrics.observe_graphs(labels, outcome.timings)
-        self.metrics.observe_weights(labels, model.experts, outcome.weights)
-        self.metrics.rows.inc((*labels, route), outcome.n)
 
     # -- admin -------------------------------------------------------------------------------
     def check_admin(self, authorization: str | None) -> None:

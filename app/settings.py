@@ -32,6 +32,9 @@ class Settings(BaseSettings):
     model_name: str = Field("demo", min_length=1, description="bundle name under the store")
     model_version: str | None = Field(None, description="pin a version instead of LATEST")
 
+    audit_enabled: bool = Field(
+        True, description="keep the audit trail; off only for benchmarks and local trials"
+    )
     audit_url: str = Field(DEFAULT_AUDIT_URL, description="SQLAlchemy URL of the audit trail")
     audit_payload: Literal["full", "hash", "off"] = Field(
         "hash", description="what the trail keeps of each input: all of it, its sha256, nothing"

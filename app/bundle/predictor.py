@@ -59,11 +59,12 @@ def summarise_regression(
     """Mean, std, central interval and variance split of ``reg`` in original units."""
     a, b = y_mean, y_scale
     tail = (1.0 - interval) / 2.0
+    bounds = reg.quantiles([tail, 1.0 - tail])
     return RegressionSummary(
         mean=reg.mean * b + a,
         std=np.sqrt(reg.variance) * b,
-        lower=reg.quantile(tail) * b + a,
-        upper=reg.quantile(1.0 - tail) * b + a,
+        lower=bounds[:, 0] * b + a,
+        upper=bounds[:, 1] * b + a,
         expert_means=reg.means * b + a,
         aleatoric=reg.aleatoric * b * b,
         epistemic=reg.epistemic * b * b,

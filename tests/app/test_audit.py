@@ -215,3 +215,18 @@ def test_sqlite_default_creates_var_in_the_working_directory(
     with sqlite3.connect(tmp_path / "var" / "audit.db") as conn:
         assert conn.execute("pragma journal_mode").fetchone()[0] == "wal"
         assert conn.execute("select count(*) from iabma_audit_records").fetchone()[0] == 1
+
+
+def test_a_disabled_trail_writes_nothing_and_says_so(
+    bundles: Bundles, tmp_path: Path, serve: Callable[..., Any]
+) -> None:
+    file = tmp_path / "never" / "audit.db"
+    trail = Trail(f"sqlite:///{file}", file)
+    with serve("asgi", trail, audit_enabled=False) as app:
+        r = app.post("/predict", json={"instances": [{"x1": 0.2, "x2": 0.1}]})
+        assert r.status_code == 200
+        back = app.get("/weights", params={"request_id": r.json()["request_id"]})
+        assert back.status_code == 404
+        assert back.json()["error"]["code"] == "audit_disabled"
+        assert "IABMA_AUDIT_ENABLED=false" in back.json()["error"]["message"]
+    assert not file.exists()

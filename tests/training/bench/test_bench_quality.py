@@ -56,7 +56,12 @@ def test_details_and_markdown_carry_the_rest(simulation_run) -> None:
     assert len(d["per_rep"]["dla"]) == 2 and "ece10" in d["per_rep"]["dla"][0]
     assert len(d["selected"]["iabma"]) == 2
     assert d["selected"]["iabma_paper"][0]["kl_weight"] == pytest.approx(0.05)
-    assert d["params"]["iabma_paper"]["energy_reduction"] == "sum"
+    paper = d["params"]["iabma_paper"]
+    assert (paper["energy_reduction"], paper["objective"]) == ("sum", "elbo")
+    # The paper trains a fixed 10 epochs and mixes at temperature 1: no inner-split choices.
+    assert (paper["temperature"], paper["early_stopping"]) == (None, False)
+    assert d["selected"]["iabma_paper"][0]["epochs"] == 10
+    assert d["temperature"]["iabma_paper"] == 1.0
     assert np.allclose([sum(w) for w in d["mean_weights"].values()], 1.0)
     md = (simulation_run.out / "results.md").read_text()
     assert "--paper-literal: off" in md and md.count("**") >= 8
