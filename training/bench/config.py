@@ -35,13 +35,16 @@ PAPER_DEFAULTS: dict[str, Any] = {
     "bhs": {"slab_scale": 5.0},
     # Our default IA-BMA: chooses its own variant on an inner split (METHOD.md §2a).
     "iabma": {},
-    # The paper taken literally: in-sample L, "sum" energies, its lambda and optimiser.
+    # The paper taken literally: in-sample L, "sum" energies, its lambda and optimiser, and
+    # none of our additions (no selection, no early stopping, no mixture temperature).
     "iabma_paper": {
         "objective": "elbo",
         "energy_reduction": "sum",
         "prior_temperature": 1.0,
         "batch_size": 64,
         "epochs": 10,
+        "early_stopping": False,
+        "temperature": None,
     },
     "datasets": {
         "simulation": {

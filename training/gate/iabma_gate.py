@@ -27,10 +27,10 @@ from training.splits import inner_split
 
 KL_GRID = (0.0, 0.01, 0.03, 0.1, 0.3, 1.0)
 PRIOR_TEMPERATURE_GRID = (1.0, 4.0)
-# Up to this many training rows, candidates are compared by 5-fold cross-validation; above
-# it one validation split already holds enough rows and 5 folds would cost too much.
-CV_FOLDS, CV_MAX_ROWS = 5, 3000
-# Candidates still compared after the first fold.
+# Up to this many training rows, candidates are compared by 3-fold cross-validation; above
+# it one validation split already holds enough rows and more folds would cost too much.
+CV_FOLDS, CV_MAX_ROWS = 3, 3000
+# Candidates still trained after the first quarter of the epochs of the first fold.
 SURVIVORS = 3
 TEMPERATURE_GRID = np.exp(np.linspace(np.log(0.25), np.log(4.0), 57))
 
@@ -69,7 +69,7 @@ class IABMAGate(Combiner):
         refit on all rows then runs for the same number of optimiser steps.
     selection_folds : int or "auto", default="auto"
         How candidates are compared: by k-fold cross-validation over the training rows, or
-        on one validation split (1). ``"auto"``: 5 folds up to 3000 rows, else one split.
+        on one validation split (1). ``"auto"``: 3 folds up to 3000 rows, else one split.
     validation_fraction : float, default=0.2
         Share of the training rows held out when there is one validation split.
     search_max_rows : int or None, default=5000
@@ -247,9 +247,10 @@ class IABMAGate(Combiner):
         """Score candidates on held-out rows; return the winner and its training steps.
 
         With several folds every training row is held out once, so the choice and the
-        temperature rest on all n rows rather than on one small split. The first fold
-        scores every candidate; the others only the ``SURVIVORS`` best of it, since the
-        clearly worse candidates (large lambda, mostly) never recover.
+        temperature rest on all n rows rather than on one small split. In the first fold
+        (or the only split) every candidate trains for a quarter of the epochs, then only
+        the ``SURVIVORS`` best go on (successive halving): the clearly worse candidates,
+        large lambda mostly, never recover, and they would cost most of the time.
         """
         calibrate = self.temperature == "auto"
         splits = self._selection_splits(ev)
@@ -257,6 +258,7 @@ class IABMAGate(Combiner):
         alive = list(range(len(members)))
         total = np.zeros((self.epochs, len(members)))
         count = np.zeros(len(members))
+        pruned: dict[int, float] = {}
         logits: dict[int, list[np.ndarray]] = {k: [] for k in alive}
         held_out: dict[int, list[np.ndarray]] = {k: [] for k in alive}
         steps_per_epoch = 1
@@ -264,6 +266,7 @@ class IABMAGate(Combiner):
             if self.search_max_rows is not None and len(tr) > self.search_max_rows:
                 tr = np.sort(rng.choice(tr, size=int(self.search_max_rows), replace=False))
             steps_per_epoch = -(-len(tr) // int(self.batch_size))
+            halve = fold == 0 and len(alive) > SURVIVORS and self.epochs >= 4
             res = train_members(
                 Z[tr],
                 ev.log_lik[tr],
@@ -272,41 +275,48 @@ class IABMAGate(Combiner):
                 epochs=self.epochs,
                 validation=(Z[va], ev.log_lik[va]),
                 record_val_logits=calibrate,
+                prune=(self.epochs // 4, SURVIVORS) if halve else None,
                 **self._net_kwargs(),
             )
             assert res.val_nll is not None
+            survivors = []
             for i, k in enumerate(alive):
-                total[:, k] += res.val_nll[:, i] * len(va)
+                history = res.val_nll[:, i]
+                if np.isnan(history[-1]):
+                    pruned[k] = float(np.nanmin(history))
+                    continue
+                survivors.append(k)
+                total[:, k] += history * len(va)
                 count[k] += len(va)
                 held_out[k].append(va)
                 if calibrate:
                     assert res.val_logits is not None
                     logits[k].append(res.val_logits[:, i])
-            if fold == 0 and len(splits) > 1 and len(alive) > SURVIVORS:
-                first = self._best_epochs(total / np.maximum(count, 1))[1]
-                alive = sorted(np.argsort(first)[:SURVIVORS].tolist())
-        nll = np.where(count > 0, total / np.maximum(count, 1), np.inf)
+            alive = survivors
+        nll = total[:, alive] / count[alive]
         epochs, scores = self._best_epochs(nll)
         best = int(np.argmin(scores))
+        winner, epoch = alive[best], int(epochs[best])
         for k, mb in enumerate(members):
-            self.search_results_.append(
-                {
-                    "objective": mb.objective,
-                    "kl_weight": mb.kl_weight,
-                    "prior_temperature": taus[mb.prior_index],
-                    "epochs": int(epochs[k]) + 1,
-                    "val_nll": float(scores[k]),
-                    "folds": int(len(held_out[k])),
-                }
-            )
+            row: dict[str, Any] = {
+                "objective": mb.objective,
+                "kl_weight": mb.kl_weight,
+                "prior_temperature": taus[mb.prior_index],
+            }
+            if k in alive:
+                i = alive.index(k)
+                row.update(epochs=int(epochs[i]) + 1, val_nll=float(scores[i]))
+            else:
+                row.update(pruned_after_epoch=self.epochs // 4, val_nll=pruned[k])
+            self.search_results_.append(row)
         self.n_selection_folds_ = len(splits)
         if calibrate:
-            w = np.concatenate([softmax_f32(lg[epochs[best]]) for lg in logits[best]])
-            rows = np.concatenate(held_out[best])
+            w = np.concatenate([softmax_f32(lg[epoch]) for lg in logits[winner]])
+            rows = np.concatenate(held_out[winner])
             self.temperature_ = fit_mixture_temperature(w, ev.rows(rows))
         elif self.temperature is not None:
             self.temperature_ = float(self.temperature)
-        return members[best], (int(epochs[best]) + 1) * steps_per_epoch
+        return members[winner], (epoch + 1) * steps_per_epoch
 
     def _best_epochs(self, nll: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Per member: the epoch index to keep (the last unless early stopping) and its NLL."""

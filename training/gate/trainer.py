@@ -43,7 +43,7 @@ class Member:
 
 @dataclass
 class TrainResult:
-    layers: list[list[tuple[np.ndarray, np.ndarray]]]  # per member, after the last epoch
+    layers: list[list[tuple[np.ndarray, np.ndarray]] | None]  # per member; None if pruned
     val_nll: np.ndarray | None  # (epochs, K) mixture NLL on the validation rows
     val_logits: np.ndarray | None  # (epochs, K, n_val, m) gate logits on them, if recorded
 
@@ -80,20 +80,11 @@ class _FlatAdam:
     def __init__(self, net: PosteriorNet, lr: float) -> None:
         tensors = [*net.weights, *net.biases]
         self.theta = torch.cat([t.detach().reshape(-1) for t in tensors])
-        self.grad = torch.zeros_like(self.theta)
         self.m = torch.zeros_like(self.theta)
         self.v = torch.zeros_like(self.theta)
         self.lr, self.t = lr, 0
         self.shapes = [tuple(t.shape) for t in tensors]
-        offsets = np.cumsum([0] + [math.prod(s) for s in self.shapes])
-        self.params = [
-            self.theta[a:b].view(s)
-            for a, b, s in zip(offsets[:-1], offsets[1:], self.shapes, strict=True)
-        ]
-        self.grads = [
-            self.grad[a:b].view(s)
-            for a, b, s in zip(offsets[:-1], offsets[1:], self.shapes, strict=True)
-        ]
+        self._views()
         self.n_layers = len(net.weights)
 
     @property
@@ -113,10 +104,35 @@ class _FlatAdam:
         denom = (self.v.sqrt() / math.sqrt(1 - b2**self.t)).add_(EPS)
         self.theta.addcdiv_(self.m, denom, value=-step_size)
 
-    def load_into(self, net: PosteriorNet) -> None:
-        with torch.no_grad():
-            for p, v in zip([*net.weights, *net.biases], self.params, strict=True):
-                p.copy_(v)
+    def keep(self, idx: torch.Tensor) -> None:
+        """Drop every member not in ``idx`` (parameters and Adam's moments alike)."""
+
+        def pick(flat: torch.Tensor) -> torch.Tensor:
+            parts, start = [], 0
+            for shape in self.shapes:
+                size = math.prod(shape)
+                parts.append(flat[start : start + size].view(shape)[idx].reshape(-1))
+                start += size
+            return torch.cat(parts)
+
+        self.theta, self.grad = pick(self.theta), torch.zeros(0)
+        self.m, self.v = pick(self.m), pick(self.v)
+        self.shapes = [(len(idx), *s[1:]) for s in self.shapes]
+        self._views()
+
+    def _views(self) -> None:
+        self.grad = torch.zeros_like(self.theta)
+        offsets = np.cumsum([0] + [math.prod(s) for s in self.shapes])
+        spans = list(zip(offsets[:-1], offsets[1:], self.shapes, strict=True))
+        self.params = [self.theta[a:b].view(s) for a, b, s in spans]
+        self.grads = [self.grad[a:b].view(s) for a, b, s in spans]
+
+    def member_layers(self, i: int) -> list[tuple[np.ndarray, np.ndarray]]:
+        """Member ``i``'s layers as float32 numpy ``(W, b)`` pairs."""
+        return [
+            (w[i].numpy().copy(), b[i, 0].numpy().copy())
+            for w, b in zip(self.W, self.b, strict=True)
+        ]
 
 
 def _forward(opt: _FlatAdam, z: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
@@ -142,6 +158,62 @@ def _backward(opt: _FlatAdam, g: torch.Tensor, hidden: list[torch.Tensor]) -> No
     torch.sum(g, dim=1, keepdim=True, out=gb[0])
 
 
+@dataclass
+class _Objectives:
+    """The per-member pieces of the objective, subset together when members are pruned."""
+
+    lam: torch.Tensor  # (K, 1, 1)
+    marginal: torch.Tensor  # (K, 1, 1) bool
+    log_prior: torch.Tensor  # (n, K or 1, m)
+
+    @classmethod
+    def build(cls, members: Sequence[Member], log_priors: np.ndarray) -> _Objectives:
+        used = sorted({mb.prior_index for mb in members})
+        lp = (
+            np.stack([log_priors[mb.prior_index] for mb in members], axis=1)
+            if len(used) > 1
+            else log_priors[used[0]][:, None, :]
+        )
+        return cls(
+            lam=torch.tensor([mb.kl_weight for mb in members], dtype=torch.float32)[:, None, None],
+            marginal=torch.tensor([mb.objective == "marginal" for mb in members])[:, None, None],
+            log_prior=torch.from_numpy(np.ascontiguousarray(lp, dtype=np.float32)),
+        )
+
+    def __post_init__(self) -> None:
+        self._flags()
+
+    def _flags(self) -> None:
+        # Read once here, not per step: each bool() of a tensor costs a few microseconds.
+        self.all_marginal = bool(self.marginal.all())
+        self.any_marginal = bool(self.marginal.any())
+        self.any_kl = bool((self.lam > 0).any())
+
+    def keep(self, idx: torch.Tensor) -> None:
+        self.lam, self.marginal = self.lam[idx], self.marginal[idx]
+        if self.log_prior.shape[1] > 1:
+            self.log_prior = self.log_prior[:, idx].contiguous()
+        self._flags()
+
+    def gradient(self, lq: torch.Tensor, L: torch.Tensor, lp: torch.Tensor) -> torch.Tensor:
+        """d(objective)/d(logits) per member and row, from the closed forms above."""
+        q = lq.exp()
+        if self.all_marginal:
+            g = torch.softmax(lq + L, dim=-1) - q
+        elif not self.any_marginal:
+            g = q * (L - (q * L).sum(-1, keepdim=True))
+        else:
+            g = torch.where(
+                self.marginal,
+                torch.softmax(lq + L, dim=-1) - q,
+                q * (L - (q * L).sum(-1, keepdim=True)),
+            )
+        if self.any_kl:
+            diff = lq - lp.transpose(0, 1)
+            g = g - self.lam * q * (diff - (q * diff).sum(-1, keepdim=True))
+        return g
+
+
 def train_members(
     Z: np.ndarray,
     log_lik: np.ndarray,
@@ -155,6 +227,7 @@ def train_members(
     random_state: int = 0,
     validation: tuple[np.ndarray, np.ndarray] | None = None,
     record_val_logits: bool = False,
+    prune: tuple[int, int] | None = None,
     progress: bool = False,
 ) -> TrainResult:
     """Train ``len(members)`` networks in one pass over the data.
@@ -169,72 +242,64 @@ def train_members(
     record_val_logits : bool
         Also keep every epoch's gate logits on the validation rows, so that a caller can
         choose a (member, epoch) pair and calibrate it without retraining.
+    prune : (epoch, keep), optional
+        After that many epochs keep only the ``keep`` members with the best validation
+        NLL so far (successive halving): most of a grid is clearly worse early, and the
+        rest of the pass then costs a fraction. Pruned members' later entries are NaN and
+        their layers None.
     """
-    if record_val_logits and validation is None:
-        raise ValueError("record_val_logits needs validation rows")
+    if (record_val_logits or prune) and validation is None:
+        raise ValueError("record_val_logits and prune need validation rows")
     n, m = log_lik.shape
     K = len(members)
     gen = torch.Generator().manual_seed(int(random_state))
     with _Threads(), torch.no_grad():
         net = PosteriorNet(Z.shape[1], m, hidden, K, generator=gen)
         opt = _FlatAdam(net, float(learning_rate))
+        obj = _Objectives.build(members, log_priors)
         z_t = torch.from_numpy(np.ascontiguousarray(Z, dtype=np.float32))
         l_t = torch.from_numpy(np.ascontiguousarray(log_lik, dtype=np.float32))
-        used = sorted({mb.prior_index for mb in members})
-        lp_np = (
-            np.stack([log_priors[mb.prior_index] for mb in members], axis=1)
-            if len(used) > 1
-            else log_priors[used[0]][:, None, :]
-        )
-        lp_t = torch.from_numpy(np.ascontiguousarray(lp_np, dtype=np.float32))  # (n, K|1, m)
-        lam = torch.tensor([mb.kl_weight for mb in members], dtype=torch.float32)[:, None, None]
-        any_kl = bool((lam > 0).any())
-        marginal = torch.tensor([mb.objective == "marginal" for mb in members])[:, None, None]
-        all_marginal, all_elbo = bool(marginal.all()), bool((~marginal).all())
+        alive = np.arange(K)
+        history = np.full((epochs, K), np.nan)
+        seen: np.ndarray | None = None
         if validation is not None:
             zv = torch.from_numpy(np.ascontiguousarray(validation[0], dtype=np.float32))
             lv = torch.from_numpy(np.ascontiguousarray(validation[1], dtype=np.float32))
-        history: list[np.ndarray] = []
-        logits_seen: list[np.ndarray] = []
+            if record_val_logits:
+                seen = np.full((epochs, K, len(validation[0]), m), np.nan, dtype=np.float32)
         bar = _progress(epochs, progress)
-        for _ in range(epochs):
+        for epoch in range(epochs):
             # One gather per epoch; the minibatches below are then contiguous views.
             order = torch.randperm(n, generator=gen)
-            z_e, l_e, lp_e = z_t[order], l_t[order], lp_t[order]
+            z_e, l_e, lp_e = z_t[order], l_t[order], obj.log_prior[order]
             for start in range(0, n, batch_size):
                 stop = min(start + batch_size, n)
                 logits, hidden_acts = _forward(opt, z_e[start:stop])
-                lq = torch.log_softmax(logits, dim=-1)
-                q = lq.exp()
-                L = l_e[start:stop]
-                if all_marginal:
-                    g = torch.softmax(lq + L, dim=-1) - q
-                elif all_elbo:
-                    g = q * (L - (q * L).sum(-1, keepdim=True))
-                else:
-                    g = torch.where(
-                        marginal,
-                        torch.softmax(lq + L, dim=-1) - q,
-                        q * (L - (q * L).sum(-1, keepdim=True)),
-                    )
-                if any_kl:
-                    diff = lq - lp_e[start:stop].transpose(0, 1)
-                    g = g - lam * q * (diff - (q * diff).sum(-1, keepdim=True))
+                g = obj.gradient(
+                    torch.log_softmax(logits, dim=-1), l_e[start:stop], lp_e[start:stop]
+                )
                 _backward(opt, g * (-1.0 / (stop - start)), hidden_acts)
                 opt.step()
             if validation is not None:
                 val_logits = _forward(opt, zv)[0]
-                history.append(_mixture_nll(val_logits, lv).numpy().copy())
-                if record_val_logits:
-                    logits_seen.append(val_logits.numpy().copy())
+                history[epoch, alive] = _mixture_nll(val_logits, lv).numpy()
+                if seen is not None:
+                    seen[epoch, alive] = val_logits.numpy()
+                if prune and epoch + 1 == prune[0] and len(alive) > prune[1]:
+                    best = np.nanmin(history[: epoch + 1, alive], axis=0)
+                    keep = torch.from_numpy(np.sort(np.argsort(best)[: prune[1]]))
+                    opt.keep(keep)
+                    obj.keep(keep)
+                    alive = alive[keep.numpy()]
             bar.update(1)
         bar.close()
-        opt.load_into(net)
-        layers = [net.member_layers(k) for k in range(K)]
+        layers: list[list[tuple[np.ndarray, np.ndarray]] | None] = [None] * K
+        for i, k in enumerate(alive):
+            layers[k] = opt.member_layers(i)
     return TrainResult(
         layers=layers,
-        val_nll=np.stack(history) if history else None,
-        val_logits=np.stack(logits_seen) if logits_seen else None,
+        val_nll=history if validation is not None else None,
+        val_logits=seen,
     )
 
 
