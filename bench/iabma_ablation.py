@@ -32,6 +32,8 @@ VARIANTS: dict[str, tuple[str, dict[str, Any] | str]] = {
     "paper_lambda_oof": ("oof", "iabma_paper_oof"),
     "default": ("oof", {}),
     "no_temperature": ("oof", {"temperature": None}),
+    "min_stopping": ("oof", {"stopping_rule": "min"}),
+    "three_folds": ("oof", {"selection_folds": 3}),
     "paper_epochs": ("oof", {"early_stopping": False, "epochs": 10}),
     "one_split": ("oof", {"selection_folds": 1}),
     "elbo_only": ("oof", {"objective": "elbo"}),

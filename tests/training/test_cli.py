@@ -16,13 +16,26 @@ from app.bundle.loader import open_bundle, resolve_version
 def iabma(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "training.cli", *args],
-        cwd=cwd, capture_output=True, text=True, timeout=600, check=False,
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
     )
 
 
 def test_train_the_simulation_demo(tmp_path) -> None:
-    res = iabma("train", "--dataset", "simulation", "--store", str(tmp_path / "store"),
-                "--name", "demo", "--quiet", cwd=Path.cwd())
+    res = iabma(
+        "train",
+        "--dataset",
+        "simulation",
+        "--store",
+        str(tmp_path / "store"),
+        "--name",
+        "demo",
+        "--quiet",
+        cwd=Path.cwd(),
+    )
     assert res.returncode == 0, res.stderr
     out = res.stdout
     for word in ("accuracy", "ece", "nll", "iabma", "uniform", "circle_fit", "wrote"):
@@ -36,14 +49,34 @@ def test_train_the_simulation_demo(tmp_path) -> None:
 def test_train_any_csv_regression(tmp_path) -> None:
     rng = np.random.default_rng(0)
     n = 300
-    df = pd.DataFrame({"size": rng.uniform(20, 200, n), "rooms": rng.integers(1, 6, n),
-                       "town": rng.choice(["a", "b", "c"], n), "id": np.arange(n)})
+    df = pd.DataFrame(
+        {
+            "size": rng.uniform(20, 200, n),
+            "rooms": rng.integers(1, 6, n),
+            "town": rng.choice(["a", "b", "c"], n),
+            "id": np.arange(n),
+        }
+    )
     df["price"] = 3 * df["size"] + 20 * (df["town"] == "a") + rng.normal(0, 10, n)
     path = tmp_path / "houses.csv"
     df.to_csv(path, index=False)
-    res = iabma("train", "--csv", str(path), "--target", "price", "--task", "regression",
-                "--drop", "id", "--name", "houses", "--store", str(tmp_path / "s"), "--quiet",
-                cwd=Path.cwd())
+    res = iabma(
+        "train",
+        "--csv",
+        str(path),
+        "--target",
+        "price",
+        "--task",
+        "regression",
+        "--drop",
+        "id",
+        "--name",
+        "houses",
+        "--store",
+        str(tmp_path / "s"),
+        "--quiet",
+        cwd=Path.cwd(),
+    )
     assert res.returncode == 0, res.stderr
     for word in ("rmse", "r2", "nll", "linear", "forest", "knn", "hgb", "mlp"):
         assert word in res.stdout
@@ -56,13 +89,26 @@ def test_bad_arguments_exit_2_with_one_clear_line(tmp_path) -> None:
     df = pd.DataFrame({"a": range(60), "y": [0, 1] * 30})
     path = tmp_path / "d.csv"
     df.to_csv(path, index=False)
-    res = iabma("train", "--csv", str(path), "--target", "label", "--task", "classification",
-                "--name", "x", "--store", str(tmp_path), cwd=Path.cwd())
+    res = iabma(
+        "train",
+        "--csv",
+        str(path),
+        "--target",
+        "label",
+        "--task",
+        "classification",
+        "--name",
+        "x",
+        "--store",
+        str(tmp_path),
+        cwd=Path.cwd(),
+    )
     assert res.returncode == 2
     assert "target='label' is not a column of d.csv" in res.stderr
     assert "Traceback" not in res.stderr
-    res = iabma("train", "--dataset", "mnist", "--name", "x", "--store", str(tmp_path),
-                cwd=Path.cwd())
+    res = iabma(
+        "train", "--dataset", "mnist", "--name", "x", "--store", str(tmp_path), cwd=Path.cwd()
+    )
     assert res.returncode == 2 and "dataset='mnist' must be one of" in res.stderr
     res = iabma("train", "--csv", str(path), "--name", "x", cwd=Path.cwd())
     assert res.returncode == 2 and "needs --target and --task" in res.stderr

@@ -55,8 +55,14 @@ def csv(tmp_path):
 
 def frame(n: int = 80) -> pd.DataFrame:
     rng = np.random.default_rng(0)
-    return pd.DataFrame({"a": rng.normal(size=n), "b": rng.choice(["x", "y"], n),
-                         "t": rng.normal(size=n), "c": rng.integers(0, 2, n)})
+    return pd.DataFrame(
+        {
+            "a": rng.normal(size=n),
+            "b": rng.choice(["x", "y"], n),
+            "t": rng.normal(size=n),
+            "c": rng.integers(0, 2, n),
+        }
+    )
 
 
 def test_unusable_csvs_get_errors_that_name_the_problem(csv) -> None:

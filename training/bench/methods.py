@@ -24,12 +24,6 @@ from training.errors import ParameterError
 from training.evidence import Evidence
 from training.metrics import classification_scores, regression_scores
 
-#: What the paper's row needs beyond ``config["iabma_paper"]``: the gate's own defaults
-#: now fit a mixture temperature and stop early on an inner split, neither of which the
-#: paper does (it trains a fixed number of epochs and mixes at temperature 1). The config's
-#: values win if it sets these keys.
-PAPER_GATE_DEFAULTS: dict[str, Any] = {"temperature": None, "early_stopping": False}
-
 
 @dataclass(frozen=True)
 class MethodOutcome:
@@ -86,12 +80,12 @@ def build_method(
     """An unfitted combiner for ``name`` with the config's hyperparameters.
 
     ``iabma_paper`` is an :class:`~training.gate.iabma_gate.IABMAGate` with the paper's
-    settings (``config["iabma_paper"]`` over :data:`PAPER_GATE_DEFAULTS`); under
-    ``paper_literal`` so is ``iabma``.
+    settings (``config["iabma_paper"]``, which also turns off our early stopping and
+    mixture temperature); under ``paper_literal`` so is ``iabma``.
     """
     key = config_key(dataset)
     if name == "iabma_paper" or (paper_literal and name == "iabma"):
-        params = {**PAPER_GATE_DEFAULTS, **method_params(config, key, "iabma_paper")}
+        params = method_params(config, key, "iabma_paper")
         return make_combiner("iabma", random_state=seed, **params)
     return make_combiner(name, random_state=seed, **method_params(config, key, name))
 

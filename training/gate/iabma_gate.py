@@ -27,9 +27,12 @@ from training.splits import inner_split
 
 KL_GRID = (0.0, 0.01, 0.03, 0.1, 0.3, 1.0)
 PRIOR_TEMPERATURE_GRID = (1.0, 4.0)
-# Up to this many training rows, candidates are compared by 3-fold cross-validation; above
-# it one validation split already holds enough rows and more folds would cost too much.
-CV_FOLDS, CV_MAX_ROWS = 3, 3000
+# (rows up to, folds): small data is compared by cross-validation, where the cost is low
+# and one split would be noise; above 3000 rows one validation split holds enough rows.
+AUTO_FOLDS = ((999, 5), (3000, 3))
+# (rows up to, repeats): on the smallest data even 5 folds leave the choice of epochs noisy,
+# and repeating the cross-validation with other folds is cheap there.
+AUTO_REPEATS = ((999, 2),)
 # Candidates still trained after the first quarter of the epochs of the first fold.
 SURVIVORS = 3
 TEMPERATURE_GRID = np.exp(np.linspace(np.log(0.25), np.log(4.0), 57))
@@ -67,9 +70,16 @@ class IABMAGate(Combiner):
     early_stopping : bool, default=True
         Pick the training length (up to ``epochs``) by held-out mixture NLL as well; the
         refit on all rows then runs for the same number of optimiser steps.
+    stopping_rule : {"one_se", "min"}, default="one_se"
+        With early stopping, the winner's epoch: the lowest held-out NLL (``"min"``), or
+        the earliest epoch within one standard error of it (``"one_se"``): the minimum of
+        a noisy curve is optimistic, and fewer steps are the more regularised gate.
     selection_folds : int or "auto", default="auto"
         How candidates are compared: by k-fold cross-validation over the training rows, or
-        on one validation split (1). ``"auto"``: 3 folds up to 3000 rows, else one split.
+        on one validation split (1). ``"auto"``: 5 folds below 1000 rows, 3 up to 3000,
+        else one split.
+    selection_repeats : int or "auto", default="auto"
+        Repeat that with other folds and average: ``"auto"`` repeats twice below 1000 rows.
     validation_fraction : float, default=0.2
         Share of the training rows held out when there is one validation split.
     search_max_rows : int or None, default=5000
@@ -96,7 +106,9 @@ class IABMAGate(Combiner):
         mc_samples: int | None = None,
         temperature: float | Literal["auto"] | None = "auto",
         early_stopping: bool = True,
+        stopping_rule: Literal["one_se", "min"] = "one_se",
         selection_folds: int | Literal["auto"] = "auto",
+        selection_repeats: int | Literal["auto"] = "auto",
         validation_fraction: float = 0.2,
         search_max_rows: int | None = 5000,
         kl_grid: Sequence[float] = KL_GRID,
@@ -116,7 +128,9 @@ class IABMAGate(Combiner):
         self.mc_samples = mc_samples
         self.temperature = temperature
         self.early_stopping = early_stopping
+        self.stopping_rule = stopping_rule
         self.selection_folds = selection_folds
+        self.selection_repeats = selection_repeats
         self.validation_fraction = validation_fraction
         self.search_max_rows = search_max_rows
         self.kl_grid = kl_grid
@@ -150,6 +164,8 @@ class IABMAGate(Combiner):
             raise ParameterError(
                 "energy_reduction", self.energy_reduction, "must be 'mean' or 'sum'"
             )
+        if self.stopping_rule not in ("one_se", "min"):
+            raise ParameterError("stopping_rule", self.stopping_rule, "must be 'one_se' or 'min'")
         if self.energy_scale not in ("unit", "sigma"):
             raise ParameterError("energy_scale", self.energy_scale, "must be 'unit' or 'sigma'")
         if not 0.05 <= float(self.validation_fraction) <= 0.5:
@@ -226,14 +242,25 @@ class IABMAGate(Combiner):
     def _selection_splits(self, ev: Evidence) -> list[tuple[np.ndarray, np.ndarray]]:
         folds = self.selection_folds
         if folds == "auto":
-            folds = CV_FOLDS if ev.n <= CV_MAX_ROWS else 1
+            folds = next((k for rows, k in AUTO_FOLDS if ev.n <= rows), 1)
         if isinstance(folds, bool) or not isinstance(folds, int) or folds < 1:
             raise ParameterError("selection_folds", self.selection_folds, "must be >= 1 or 'auto'")
+        repeats = self.selection_repeats
+        if repeats == "auto":
+            repeats = next((r for rows, r in AUTO_REPEATS if ev.n <= rows), 1)
+        if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
+            raise ParameterError(
+                "selection_repeats", self.selection_repeats, "must be >= 1 or 'auto'"
+            )
         if folds == 1:
-            return [inner_split(ev.y, ev.task, self.validation_fraction, self.random_state)]
+            return [
+                inner_split(ev.y, ev.task, self.validation_fraction, self.random_state + r)
+                for r in range(repeats)
+            ]
         return [
             (np.sort(tr), np.sort(va))
-            for tr, va in folds_for(ev.y, ev.task, folds, self.random_state)
+            for r in range(repeats)
+            for tr, va in folds_for(ev.y, ev.task, folds, self.random_state + r)
         ]
 
     def _search(
@@ -253,6 +280,8 @@ class IABMAGate(Combiner):
         large lambda mostly, never recover, and they would cost most of the time.
         """
         calibrate = self.temperature == "auto"
+        one_se = self.early_stopping and self.stopping_rule == "one_se"
+        record = calibrate or one_se
         splits = self._selection_splits(ev)
         rng = np.random.default_rng(self.random_state)
         alive = list(range(len(members)))
@@ -274,7 +303,7 @@ class IABMAGate(Combiner):
                 [members[k] for k in alive],
                 epochs=self.epochs,
                 validation=(Z[va], ev.log_lik[va]),
-                record_val_logits=calibrate,
+                record_val_logits=record,
                 prune=(self.epochs // 4, SURVIVORS) if halve else None,
                 **self._net_kwargs(),
             )
@@ -289,7 +318,7 @@ class IABMAGate(Combiner):
                 total[:, k] += history * len(va)
                 count[k] += len(va)
                 held_out[k].append(va)
-                if calibrate:
+                if record:
                     assert res.val_logits is not None
                     logits[k].append(res.val_logits[:, i])
             alive = survivors
@@ -297,6 +326,8 @@ class IABMAGate(Combiner):
         epochs, scores = self._best_epochs(nll)
         best = int(np.argmin(scores))
         winner, epoch = alive[best], int(epochs[best])
+        if one_se:
+            epoch = self._one_se_epoch(nll[:, best], epoch, logits[winner], held_out[winner], ev)
         for k, mb in enumerate(members):
             row: dict[str, Any] = {
                 "objective": mb.objective,
@@ -317,6 +348,24 @@ class IABMAGate(Combiner):
         elif self.temperature is not None:
             self.temperature_ = float(self.temperature)
         return members[winner], (epoch + 1) * steps_per_epoch
+
+    @staticmethod
+    def _one_se_epoch(
+        curve: np.ndarray,
+        epoch: int,
+        logits: list[np.ndarray],
+        held_out: list[np.ndarray],
+        ev: Evidence,
+    ) -> int:
+        """The earliest epoch whose NLL is within one standard error of ``curve[epoch]``."""
+        lq = np.concatenate([lg[epoch] for lg in logits]).astype(np.float64)
+        lq -= lq.max(axis=1, keepdims=True)
+        lq -= np.log(np.exp(lq).sum(axis=1, keepdims=True))
+        joint = lq + ev.log_lik[np.concatenate(held_out)]
+        top = joint.max(axis=1, keepdims=True)
+        per_row = -(top[:, 0] + np.log(np.exp(joint - top).sum(axis=1)))
+        se = per_row.std(ddof=1) / np.sqrt(len(per_row))
+        return int(np.flatnonzero(curve <= curve[epoch] + se)[0])
 
     def _best_epochs(self, nll: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Per member: the epoch index to keep (the last unless early stopping) and its NLL."""

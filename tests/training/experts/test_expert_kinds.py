@@ -25,11 +25,13 @@ from training.export.bundle import export_bundle
 def mixed_frame(n: int = 500, seed: int = 0) -> tuple[pd.DataFrame, np.ndarray, np.ndarray]:
     """Numbers with gaps, a string category with gaps; a binary and a numeric target."""
     rng = np.random.default_rng(seed)
-    X = pd.DataFrame({
-        "age": rng.integers(18, 80, n).astype(float),
-        "income": rng.lognormal(10, 0.5, n),
-        "city": rng.choice(["lyon", "oslo", "lima", "kyiv"], n).astype(object),
-    })
+    X = pd.DataFrame(
+        {
+            "age": rng.integers(18, 80, n).astype(float),
+            "income": rng.lognormal(10, 0.5, n),
+            "city": rng.choice(["lyon", "oslo", "lima", "kyiv"], n).astype(object),
+        }
+    )
     logit = 0.05 * (X["age"] - 50) + (X["city"] == "oslo") * 1.5 - 0.5
     y_cls = (rng.uniform(size=n) < 1 / (1 + np.exp(-logit))).astype(int)
     y_reg = 0.02 * X["age"] + np.log(X["income"]) + (X["city"] == "lima") * 0.8
@@ -52,25 +54,31 @@ def assert_parity(est, store, X) -> None:
 
 def test_xgboost_experts_export_with_parity(tmp_path) -> None:
     X, y_cls, y_reg = mixed_frame()
-    cls = IABMAClassifier([
-        Expert("lr", LogisticRegression(max_iter=1000)),
-        Expert("xgb", XGBClassifier(n_estimators=30, max_depth=3, random_state=0)),
-    ]).fit(X, y_cls)
+    cls = IABMAClassifier(
+        [
+            Expert("lr", LogisticRegression(max_iter=1000)),
+            Expert("xgb", XGBClassifier(n_estimators=30, max_depth=3, random_state=0)),
+        ]
+    ).fit(X, y_cls)
     assert_parity(cls, tmp_path / "c", X)
-    reg = IABMARegressor([
-        Expert("ridge", Ridge()),
-        Expert("xgb", XGBRegressor(n_estimators=30, max_depth=3, random_state=0)),
-    ]).fit(X, y_reg)
+    reg = IABMARegressor(
+        [
+            Expert("ridge", Ridge()),
+            Expert("xgb", XGBRegressor(n_estimators=30, max_depth=3, random_state=0)),
+        ]
+    ).fit(X, y_reg)
     assert_parity(reg, tmp_path / "r", X)
     assert read_manifest(next((tmp_path / "r" / "m").glob("2*"))).experts[1].kind == "xgboost"
 
 
 def test_feature_bundles_limit_what_an_expert_reads(tmp_path) -> None:
     X, y_cls, _ = mixed_frame()
-    est = IABMAClassifier([
-        Expert("age_only", LogisticRegression(), features=("age",)),
-        Expert("city_income", LogisticRegression(), features=("city", "income")),
-    ]).fit(X, y_cls)
+    est = IABMAClassifier(
+        [
+            Expert("age_only", LogisticRegression(), features=("age",)),
+            Expert("city_income", LogisticRegression(), features=("city", "income")),
+        ]
+    ).fit(X, y_cls)
     path = export_bundle(est, tmp_path, "m", X)
     m = read_manifest(path)
     assert m.experts[0].inputs == ["age"] and m.experts[1].inputs == ["city", "income"]
@@ -82,18 +90,29 @@ def test_an_onnx_file_expert_is_used_as_is(tmp_path) -> None:
     """A model trained elsewhere: read from its ONNX file, never refitted, copied verbatim."""
     X, _, y_reg = mixed_frame(seed=1)
     X = X.fillna({"income": 30000.0, "city": "lima"})
-    pre = ColumnTransformer([("n", StandardScaler(), ["age", "income"]),
-                             ("c", OneHotEncoder(handle_unknown="ignore"), ["city"])])
+    pre = ColumnTransformer(
+        [
+            ("n", StandardScaler(), ["age", "income"]),
+            ("c", OneHotEncoder(handle_unknown="ignore"), ["city"]),
+        ]
+    )
     outside = Pipeline([("pre", pre), ("ridge", Ridge())]).fit(X, y_reg)
-    onx = to_onnx(outside, initial_types=[("age", FloatTensorType([None, 1])),
-                                          ("income", FloatTensorType([None, 1])),
-                                          ("city", StringTensorType([None, 1]))])
+    onx = to_onnx(
+        outside,
+        initial_types=[
+            ("age", FloatTensorType([None, 1])),
+            ("income", FloatTensorType([None, 1])),
+            ("city", StringTensorType([None, 1])),
+        ],
+    )
     file = tmp_path / "outside.onnx"
     file.write_bytes(onx.SerializeToString())
-    est = IABMARegressor([
-        Expert("outside", str(file)),
-        Expert("ridge_age", Ridge(), features=("age",)),
-    ]).fit(X, y_reg)
+    est = IABMARegressor(
+        [
+            Expert("outside", str(file)),
+            Expert("ridge_age", Ridge(), features=("age",)),
+        ]
+    ).fit(X, y_reg)
     # Original-unit predictions are standardised on the way in: same as the outside model.
     mean_std = est.expert_outputs(X.head(5))[:, 0]
     want = (outside.predict(X.head(5)) - est.y_mean_) / est.y_scale_
@@ -107,10 +126,12 @@ def test_an_onnx_file_expert_is_used_as_is(tmp_path) -> None:
 def test_a_silently_wrong_converter_is_refused(tmp_path) -> None:
     """skl2onnx turns kNN weights='distance' into 'uniform' (TOOLCHAIN.md): must not ship."""
     X, _, y_reg = mixed_frame()
-    est = IABMARegressor([
-        Expert("ridge", Ridge()),
-        Expert("knn_dist", KNeighborsRegressor(n_neighbors=5, weights="distance")),
-    ]).fit(X, y_reg)
+    est = IABMARegressor(
+        [
+            Expert("ridge", Ridge()),
+            Expert("knn_dist", KNeighborsRegressor(n_neighbors=5, weights="distance")),
+        ]
+    ).fit(X, y_reg)
     with pytest.raises(ExportError, match="expert 'knn_dist': its ONNX graph disagrees"):
         export_bundle(est, tmp_path, "m", X.iloc[::7])
     assert not list((tmp_path / "m").glob("*")) or not (tmp_path / "m" / "LATEST").exists()
@@ -123,7 +144,8 @@ def test_bad_expert_registrations(tmp_path) -> None:
             X, y_cls
         )
     with pytest.raises(ParameterError, match="name='bad name'"):
-        IABMAClassifier([Expert("bad name", LogisticRegression()),
-                         Expert("b", LogisticRegression())]).fit(X, y_cls)
+        IABMAClassifier(
+            [Expert("bad name", LogisticRegression()), Expert("b", LogisticRegression())]
+        ).fit(X, y_cls)
     with pytest.raises(ParameterError, match="model='dict' is neither an estimator"):
         IABMAClassifier([Expert("a", {}), Expert("b", LogisticRegression())]).fit(X, y_cls)

@@ -111,12 +111,18 @@ def test_members_train_independently() -> None:
 
 def test_validation_records_every_epoch() -> None:
     Z, L, lp = _data(400)
-    res = train_members(Z[:300], L[:300], lp[:, :300], [Member("marginal", 0.0)], epochs=6,
-                        validation=(Z[300:], L[300:]), record_val_logits=True)
+    res = train_members(
+        Z[:300],
+        L[:300],
+        lp[:, :300],
+        [Member("marginal", 0.0)],
+        epochs=6,
+        validation=(Z[300:], L[300:]),
+        record_val_logits=True,
+    )
     assert res.val_nll is not None and res.val_nll.shape == (6, 1)
     assert res.val_logits is not None and res.val_logits.shape == (6, 1, 100, 3)
     # The last epoch's recorded logits are the returned network's.
     from training.gate.net import mlp_logits
 
-    np.testing.assert_allclose(res.val_logits[-1, 0], mlp_logits(Z[300:], res.layers[0]),
-                               atol=1e-5)
+    np.testing.assert_allclose(res.val_logits[-1, 0], mlp_logits(Z[300:], res.layers[0]), atol=1e-5)
