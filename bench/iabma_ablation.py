@@ -34,6 +34,8 @@ VARIANTS: dict[str, tuple[str, dict[str, Any] | str]] = {
     "no_temperature": ("oof", {"temperature": None}),
     "min_stopping": ("oof", {"stopping_rule": "min"}),
     "three_folds": ("oof", {"selection_folds": 3}),
+    "repeats3": ("oof", {"selection_repeats": 3}),
+    "epochs20": ("oof", {"epochs": 20}),
     "paper_epochs": ("oof", {"early_stopping": False, "epochs": 10}),
     "one_split": ("oof", {"selection_folds": 1}),
     "elbo_only": ("oof", {"objective": "elbo"}),

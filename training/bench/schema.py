@@ -19,28 +19,18 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
 
-from training.combiners.registry import COMBINER_NAMES
+from training.combiners.names import BENCH_METHODS
 
 #: The nine methods of the paper plus the paper-literal IA-BMA, in the table's order.
-METHODS: tuple[str, ...] = (*COMBINER_NAMES, "iabma_paper")
+METHODS: tuple[str, ...] = BENCH_METHODS
 
 METRICS: dict[str, tuple[str, ...]] = {
     "classification": ("accuracy", "ece", "nll", "brier"),
     "regression": ("rmse", "r2", "nll", "crps", "coverage90"),
 }
 
-MethodName = Literal[
-    "best_single",
-    "uniform",
-    "accuracy_weighted",
-    "bma",
-    "moe",
-    "dla",
-    "smc",
-    "bhs",
-    "iabma",
-    "iabma_paper",
-]
+# A Literal built from the tuple, so the schema cannot drift from the registry.
+MethodName = Literal[BENCH_METHODS]  # type: ignore[valid-type]
 
 
 class _Strict(BaseModel):

@@ -14,18 +14,9 @@ from training.combiners.base import (
     check_fit_inputs,
     constant_weights_onnx,
 )
-from training.errors import ParameterError
 from training.evidence import Evidence
 from training.export.graph import GraphBuilder
-
-
-def _positive(v: object) -> bool:
-    return (
-        isinstance(v, (int, float, np.integer, np.floating))
-        and not isinstance(v, bool)
-        and bool(np.isfinite(v))
-        and v > 0
-    )
+from training.params import check_int, check_positive
 
 
 class BHSCombiner(Combiner):
@@ -74,13 +65,9 @@ class BHSCombiner(Combiner):
         self.max_iter = max_iter
 
     def _validate(self) -> None:
-        if not _positive(self.slab_scale):
-            raise ParameterError("slab_scale", self.slab_scale, "must be a positive number")
-        if not _positive(self.tol):
-            raise ParameterError("tol", self.tol, "must be a positive number")
-        it = self.max_iter
-        if isinstance(it, bool) or not isinstance(it, (int, np.integer)) or it < 1:
-            raise ParameterError("max_iter", it, "must be a positive integer")
+        check_positive("slab_scale", self.slab_scale)
+        check_positive("tol", self.tol)
+        check_int("max_iter", self.max_iter)
 
     def fit(self, Z: np.ndarray, evidence: Evidence) -> BHSCombiner:
         """Minimise the penalised negative log score.

@@ -15,13 +15,10 @@ from training.combiners.base import Combiner, check_features, check_fit_inputs
 from training.errors import ParameterError
 from training.evidence import Evidence
 from training.export.graph import GraphBuilder
+from training.params import check_int, check_positive, check_real
 
 # Rows of queries per distance block: bounds the (rows, n_train) float64 matrix in memory.
 _CHUNK = 1024
-
-
-def _is_number(v: object) -> bool:
-    return isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool)
 
 
 def k_smallest(dist: np.ndarray, k: int) -> np.ndarray:
@@ -83,14 +80,9 @@ class DLACombiner(Combiner):
         self.alpha = alpha
 
     def _validate(self) -> None:
-        if not isinstance(self.k, (int, np.integer)) or isinstance(self.k, bool) or self.k < 1:
-            raise ParameterError("k", self.k, "must be an integer >= 1")
-        t = self.temperature
-        if not _is_number(t) or not np.isfinite(t) or t <= 0:
-            raise ParameterError("temperature", t, "must be a positive finite number")
-        a = self.alpha
-        if not _is_number(a) or not np.isfinite(a) or a < 0:
-            raise ParameterError("alpha", a, "must be a non-negative finite number")
+        check_int("k", self.k)
+        check_positive("temperature", self.temperature)
+        check_real("alpha", self.alpha, low=0.0)
 
     def fit(self, Z: np.ndarray, evidence: Evidence) -> DLACombiner:
         """Store the training rows and their per-row scores.

@@ -12,6 +12,7 @@ from training.evidence import Evidence
 from training.export.graph import GraphBuilder, dense_layers
 from training.gate.net import HIDDEN, mlp_logits, softmax_f32
 from training.gate.trainer import Member, train_members
+from training.params import check_int, check_positive
 
 
 class MoECombiner(Combiner):
@@ -62,17 +63,10 @@ class MoECombiner(Combiner):
             raise ParameterError(
                 "hidden_layer_sizes", self.hidden_layer_sizes, "must be positive integers"
             )
-        for p in ("batch_size", "epochs"):
-            v = getattr(self, p)
-            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
-                raise ParameterError(p, v, "must be a positive integer")
-        lr = self.learning_rate
-        if isinstance(lr, bool) or not isinstance(lr, (int, float)) or not lr > 0:
-            raise ParameterError("learning_rate", lr, "must be a positive number")
-        if isinstance(self.random_state, bool) or not isinstance(
-            self.random_state, (int, np.integer)
-        ):
-            raise ParameterError("random_state", self.random_state, "must be an integer seed")
+        check_int("batch_size", self.batch_size)
+        check_int("epochs", self.epochs)
+        check_positive("learning_rate", self.learning_rate)
+        check_int("random_state", self.random_state, minimum=0)
 
     def fit(self, Z: np.ndarray, evidence: Evidence) -> MoECombiner:
         """Train the gate with Adam on minibatches.

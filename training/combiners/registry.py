@@ -8,21 +8,10 @@ from training.combiners.base import Combiner, UniformCombiner
 from training.combiners.bhs import BHSCombiner
 from training.combiners.dla import DLACombiner
 from training.combiners.moe import MoECombiner
+from training.combiners.names import COMBINER_NAMES
 from training.combiners.smc import SMCCombiner
 from training.combiners.static import AccuracyWeightedCombiner, BestSingleCombiner, BMACombiner
 from training.errors import ParameterError
-
-COMBINER_NAMES = (
-    "best_single",
-    "uniform",
-    "accuracy_weighted",
-    "bma",
-    "moe",
-    "dla",
-    "smc",
-    "bhs",
-    "iabma",
-)
 
 _BASELINES: dict[str, type[Combiner]] = {
     cls.name: cls

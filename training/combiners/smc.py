@@ -17,12 +17,9 @@ from training.combiners.base import Combiner, check_features, check_fit_inputs
 from training.errors import ParameterError
 from training.evidence import Evidence
 from training.export.graph import GraphBuilder
+from training.params import check_int, check_positive, check_real
 
 _LOG_2PI = float(np.log(2.0 * np.pi))
-
-
-def _in_open_unit(v: object) -> bool:
-    return isinstance(v, (int, float, np.floating)) and not isinstance(v, bool) and 0 < v < 1
 
 
 class SMCCombiner(Combiner):
@@ -86,19 +83,11 @@ class SMCCombiner(Combiner):
         self.ridge = ridge
 
     def _validate(self) -> None:
-        if not _in_open_unit(self.threshold):
-            raise ParameterError("threshold", self.threshold, "must be in (0, 1)")
-        if not _in_open_unit(self.quantile):
-            raise ParameterError("quantile", self.quantile, "must be in (0, 1)")
-        mc = self.min_coverage
-        if isinstance(mc, bool) or not isinstance(mc, (int, np.integer)) or mc < 2:
-            raise ParameterError("min_coverage", mc, "must be an integer >= 2")
-        s = self.shrinkage
-        if isinstance(s, bool) or not isinstance(s, (int, float, np.floating)) or not 0 <= s <= 1:
-            raise ParameterError("shrinkage", s, "must be in [0, 1]")
-        r = self.ridge
-        if isinstance(r, bool) or not isinstance(r, (int, float, np.floating)) or not r > 0:
-            raise ParameterError("ridge", r, "must be a positive number")
+        check_real("threshold", self.threshold, low=0.0, high=1.0, open_low=True, open_high=True)
+        check_real("quantile", self.quantile, low=0.0, high=1.0, open_low=True, open_high=True)
+        check_int("min_coverage", self.min_coverage, minimum=2)
+        check_real("shrinkage", self.shrinkage, low=0.0, high=1.0)
+        check_positive("ridge", self.ridge)
 
     def _domains(self, evidence: Evidence) -> np.ndarray:
         if evidence.task == "classification":

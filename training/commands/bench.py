@@ -8,21 +8,9 @@ from pathlib import Path
 from typing import Any
 
 from training.bench.config import DATASETS
+from training.combiners.names import BENCH_METHODS
 
-# Spelled out rather than imported: the schema module pulls in torch via the combiners,
-# and building the parser must stay light. A test keeps the two lists equal.
-METHOD_CHOICES = (
-    "best_single",
-    "uniform",
-    "accuracy_weighted",
-    "bma",
-    "moe",
-    "dla",
-    "smc",
-    "bhs",
-    "iabma",
-    "iabma_paper",
-)
+METHOD_CHOICES = BENCH_METHODS
 
 
 def add_parser(sub: Any) -> None:

@@ -21,6 +21,7 @@ from training.evidence import Evidence, prior_energy
 from training.export.graph import GraphBuilder, dense_layers
 from training.gate.net import HIDDEN, mlp_logits, softmax_f32
 from training.gate.trainer import Member, train_members
+from training.params import check_choice, check_int, check_positive, check_real, is_real
 from training.prior import baseline_for_new_inputs, log_prior_at_training_points
 from training.splits import folds as folds_for
 from training.splits import inner_split
@@ -146,41 +147,28 @@ class IABMAGate(Combiner):
     def _grid(self, value: Any, grid: Sequence[float], param: str) -> list[float]:
         if value == "auto":
             return [float(v) for v in grid]
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+        if not is_real(value) or value < 0:
             raise ParameterError(param, value, "must be a non-negative number or 'auto'")
         return [float(value)]
 
     def _validate(self) -> tuple[list[str], list[float], list[float]]:
-        objectives = ["elbo", "marginal"] if self.objective == "auto" else [self.objective]
-        if any(o not in ("elbo", "marginal") for o in objectives):
-            raise ParameterError(
-                "objective", self.objective, "must be 'elbo', 'marginal' or 'auto'"
-            )
+        objective = check_choice("objective", self.objective, ("elbo", "marginal", "auto"))
+        objectives = ["elbo", "marginal"] if objective == "auto" else [objective]
         lams = self._grid(self.kl_weight, self.kl_grid, "kl_weight")
         taus = self._grid(self.prior_temperature, self.prior_temperature_grid, "prior_temperature")
         if any(t <= 0 for t in taus):
             raise ParameterError("prior_temperature", self.prior_temperature, "must be positive")
-        if self.energy_reduction not in ("mean", "sum"):
-            raise ParameterError(
-                "energy_reduction", self.energy_reduction, "must be 'mean' or 'sum'"
-            )
-        if self.stopping_rule not in ("one_se", "min"):
-            raise ParameterError("stopping_rule", self.stopping_rule, "must be 'one_se' or 'min'")
-        if self.energy_scale not in ("unit", "sigma"):
-            raise ParameterError("energy_scale", self.energy_scale, "must be 'unit' or 'sigma'")
-        if not 0.05 <= float(self.validation_fraction) <= 0.5:
-            raise ParameterError(
-                "validation_fraction", self.validation_fraction, "must be in [0.05, 0.5]"
-            )
-        for p in ("batch_size", "epochs"):
-            v = getattr(self, p)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise ParameterError(p, v, "must be a positive integer")
-        if not float(self.learning_rate) > 0:
-            raise ParameterError("learning_rate", self.learning_rate, "must be positive")
-        t = self.temperature
-        if t is not None and t != "auto" and not (isinstance(t, (int, float)) and t > 0):
-            raise ParameterError("temperature", t, "must be a positive number, 'auto' or None")
+        check_choice("energy_reduction", self.energy_reduction, ("mean", "sum"))
+        check_choice("energy_scale", self.energy_scale, ("unit", "sigma"))
+        check_choice("stopping_rule", self.stopping_rule, ("one_se", "min"))
+        check_real("validation_fraction", self.validation_fraction, low=0.05, high=0.5)
+        check_int("batch_size", self.batch_size)
+        check_int("epochs", self.epochs)
+        check_positive("learning_rate", self.learning_rate)
+        if self.mc_samples is not None:
+            check_int("mc_samples", self.mc_samples)
+        if self.temperature not in (None, "auto"):
+            check_positive("temperature", self.temperature)
         return objectives, lams, taus
 
     # -- fitting --------------------------------------------------------------------------

@@ -1,0 +1,101 @@
+"""The mixture arithmetic both sides share: CDF, quantiles, uncertainty decompositions."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from scipy.optimize import brentq
+from scipy.stats import norm
+
+from app.bundle.mixture import (
+    clip_proba,
+    entropy,
+    erfc,
+    mix_classification,
+    mix_regression,
+    normal_ppf,
+    temper_proba,
+)
+
+
+def test_erfc_is_exact() -> None:
+    x = np.linspace(-6, 6, 1001).reshape(7, 143)
+    assert np.array_equal(erfc(x), np.vectorize(math.erfc)(x))
+
+
+def test_normal_ppf_start_is_close() -> None:
+    p = np.linspace(0.001, 0.999, 999)
+    assert np.abs(normal_ppf(p) - norm.ppf(p)).max() < 4.5e-4
+
+
+def test_clip_proba_keeps_rows_on_the_simplex() -> None:
+    p = clip_proba(np.array([[1.0, 0.0], [0.3, 0.7]]))
+    assert p.min() > 0 and np.allclose(p.sum(axis=1), 1.0)
+    assert p[0, 1] == pytest.approx(1e-6, rel=1e-3)
+
+
+@pytest.fixture(scope="module")
+def regression():
+    rng = np.random.default_rng(4)
+    n, m = 60, 4
+    weights = rng.dirichlet(np.ones(m) * 0.5, n)
+    means = rng.normal(size=(n, m)) * 2.0
+    sigmas = rng.uniform(0.2, 1.5, m)
+    return mix_regression(weights, means, sigmas)
+
+
+def _cdf_minus(x: float, w: np.ndarray, mu: np.ndarray, s: np.ndarray, q: float) -> float:
+    return float((w * norm.cdf((x - mu) / s)).sum() - q)
+
+
+def test_quantiles_equal_root_finding_on_the_mixture_cdf(regression) -> None:
+    qs = [0.05, 0.5, 0.95]
+    got = regression.quantiles(qs)
+    for i in range(len(regression.means)):
+        w, mu, s = regression.weights[i], regression.means[i], regression.sigmas
+        for k, q in enumerate(qs):
+            root = brentq(_cdf_minus, -40, 40, args=(w, mu, s, q), xtol=1e-13)
+            assert got[i, k] == pytest.approx(root, abs=1e-8)
+
+
+def test_bimodal_mixture_quantile_converges() -> None:
+    """Newton alone would oscillate between the modes; the bracket makes it converge."""
+    mix = mix_regression(np.array([[0.5, 0.5]]), np.array([[-10.0, 10.0]]), np.array([0.3, 0.3]))
+    med = mix.quantile(0.5)[0]
+    assert mix.cdf(np.array([med]))[0] == pytest.approx(0.5, abs=1e-9)
+
+
+def test_regression_variance_is_the_law_of_total_variance(regression) -> None:
+    rng = np.random.default_rng(0)
+    i = 3
+    w, mu, s = regression.weights[i], regression.means[i], regression.sigmas
+    j = rng.choice(len(w), size=400_000, p=w)
+    draws = rng.normal(mu[j], s[j])
+    assert regression.variance[i] == pytest.approx(draws.var(), rel=0.01)
+    assert regression.mean[i] == pytest.approx(draws.mean(), abs=0.01)
+    assert regression.aleatoric[i] + regression.epistemic[i] == pytest.approx(
+        regression.variance[i]
+    )
+
+
+def test_classification_uncertainty_decomposes() -> None:
+    rng = np.random.default_rng(1)
+    w = rng.dirichlet(np.ones(3), 50)
+    p = rng.dirichlet(np.ones(4), (50, 3))
+    mix = mix_classification(w, p)
+    assert np.allclose(mix.total, entropy(mix.proba))
+    assert np.allclose(mix.total, mix.aleatoric + mix.epistemic)
+    assert (mix.epistemic >= -1e-12).all()  # mutual information is non-negative
+    assert (mix.selection >= 0).all() and (mix.selection <= 1 + 1e-12).all()
+    one_expert = np.zeros_like(w)
+    one_expert[:, 0] = 1.0
+    assert np.allclose(mix_classification(one_expert, p).selection, 0.0)
+
+
+def test_temperature() -> None:
+    p = np.array([[0.2, 0.8]])
+    assert temper_proba(p, 1.0) is p
+    sharp = temper_proba(p, 0.5)
+    assert sharp[0, 1] == pytest.approx(0.64 / 0.68)
