@@ -28,23 +28,21 @@ from training.metrics import classification_scores, regression_scores
 
 # name -> (evidence: "oof" | "in_sample", IABMAGate params, or a baseline's name)
 VARIANTS: dict[str, tuple[str, dict[str, Any] | str]] = {
-    "paper_literal": ("in_sample", "iabma_paper"),
-    "paper_lambda_oof": ("oof", "iabma_paper_oof"),
     "default": ("oof", {}),
     "no_temperature": ("oof", {"temperature": None}),
     "min_stopping": ("oof", {"stopping_rule": "min"}),
-    "three_folds": ("oof", {"selection_folds": 3}),
-    "repeats3": ("oof", {"selection_repeats": 3}),
-    "epochs20": ("oof", {"epochs": 20}),
     "paper_epochs": ("oof", {"early_stopping": False, "epochs": 10}),
-    "one_split": ("oof", {"selection_folds": 1}),
+    "one_split": ("oof", {"selection_folds": 1, "selection_repeats": 1}),
+    "no_repeats": ("oof", {"selection_repeats": 1}),
     "elbo_only": ("oof", {"objective": "elbo"}),
     "marginal_only": ("oof", {"objective": "marginal"}),
     "prior_tau_auto": ("oof", {"prior_temperature": "auto"}),
     "sigma_energy": ("oof", {"energy_scale": "sigma"}),
+    "sum_reduction": ("oof", {"energy_reduction": "sum"}),
+    "paper_lambda_oof": ("oof", "iabma_paper_oof"),
+    "paper_literal": ("in_sample", "iabma_paper"),
     "moe": ("oof", "moe"),
     "bhs": ("oof", "bhs"),
-    "dla": ("oof", "dla"),
     "uniform": ("oof", "uniform"),
 }
 
@@ -129,9 +127,24 @@ def main() -> None:
             mark = " **" if m["nll"][0] == best_nll else ""
             cells = [f"{m[k][0]:.4f} ({m[k][1]:.4f})" for k in metrics]
             lines.append(f"| {variant}{mark} | " + " | ".join(cells) + " |")
-    text = "\n".join(lines)
+    text = compact(summary) + "\n" + "\n".join(lines)
     (args.out / "ablation.md").write_text(text + "\n")
     print(text)
+
+
+def compact(summary: dict[str, dict[str, dict[str, list[float]]]]) -> str:
+    """Test NLL of every variant on every dataset: one line per variant."""
+    datasets = list(summary)
+    variants = list(next(iter(summary.values())))
+    lines = ["| variant | " + " | ".join(datasets) + " |", "|---" * (len(datasets) + 1) + "|"]
+    for v in variants:
+        cells = []
+        for d in datasets:
+            best = min(m["nll"][0] for m in summary[d].values())
+            cell = f"{summary[d][v]['nll'][0]:.3f}"
+            cells.append(f"**{cell}**" if summary[d][v]["nll"][0] == best else cell)
+        lines.append(f"| {v} | " + " | ".join(cells) + " |")
+    return "Test NLL, mean over repetitions (lower is better; best in bold)\n\n" + "\n".join(lines)
 
 
 if __name__ == "__main__":

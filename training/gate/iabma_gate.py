@@ -73,8 +73,9 @@ class IABMAGate(Combiner):
         refit on all rows then runs for the same number of optimiser steps.
     stopping_rule : {"one_se", "min"}, default="one_se"
         With early stopping, the winner's epoch: the lowest held-out NLL (``"min"``), or
-        the earliest epoch within one standard error of it (``"one_se"``): the minimum of
-        a noisy curve is optimistic, and fewer steps are the more regularised gate.
+        the earliest epoch whose NLL is within one paired standard error of that (per-row
+        differences on the same held-out rows): the minimum of a noisy curve is
+        optimistic, and fewer steps are the more regularised gate.
     selection_folds : int or "auto", default="auto"
         How candidates are compared: by k-fold cross-validation over the training rows, or
         on one validation split (1). ``"auto"``: 5 folds below 1000 rows, 3 up to 3000,
@@ -315,7 +316,7 @@ class IABMAGate(Combiner):
         best = int(np.argmin(scores))
         winner, epoch = alive[best], int(epochs[best])
         if one_se:
-            epoch = self._one_se_epoch(nll[:, best], epoch, logits[winner], held_out[winner], ev)
+            epoch = self._one_se_epoch(epoch, logits[winner], held_out[winner], ev)
         for k, mb in enumerate(members):
             row: dict[str, Any] = {
                 "objective": mb.objective,
@@ -339,21 +340,24 @@ class IABMAGate(Combiner):
 
     @staticmethod
     def _one_se_epoch(
-        curve: np.ndarray,
-        epoch: int,
-        logits: list[np.ndarray],
-        held_out: list[np.ndarray],
-        ev: Evidence,
+        epoch: int, logits: list[np.ndarray], held_out: list[np.ndarray], ev: Evidence
     ) -> int:
-        """The earliest epoch whose NLL is within one standard error of ``curve[epoch]``."""
-        lq = np.concatenate([lg[epoch] for lg in logits]).astype(np.float64)
-        lq -= lq.max(axis=1, keepdims=True)
-        lq -= np.log(np.exp(lq).sum(axis=1, keepdims=True))
-        joint = lq + ev.log_lik[np.concatenate(held_out)]
-        top = joint.max(axis=1, keepdims=True)
-        per_row = -(top[:, 0] + np.log(np.exp(joint - top).sum(axis=1)))
-        se = per_row.std(ddof=1) / np.sqrt(len(per_row))
-        return int(np.flatnonzero(curve <= curve[epoch] + se)[0])
+        """The earliest epoch no worse than ``epoch`` by one paired standard error.
+
+        Each held-out row's NLL at an earlier epoch is compared with its own NLL at the
+        best epoch, so the test sees the difference the extra training makes rather than
+        how much rows differ from one another (which would stop far too early).
+        """
+        rows = ev.log_lik[np.concatenate(held_out)]
+        lq = np.concatenate([lg[: epoch + 1] for lg in logits], axis=1).astype(np.float64)
+        lq -= lq.max(axis=2, keepdims=True)
+        lq -= np.log(np.exp(lq).sum(axis=2, keepdims=True))
+        joint = lq + rows[None]
+        top = joint.max(axis=2, keepdims=True)
+        per_row = -(top[..., 0] + np.log(np.exp(joint - top).sum(axis=2)))  # (epochs, rows)
+        diff = per_row - per_row[epoch]
+        se = diff.std(axis=1, ddof=1) / np.sqrt(diff.shape[1])
+        return int(np.flatnonzero(diff.mean(axis=1) <= se)[0])
 
     def _best_epochs(self, nll: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Per member: the epoch index to keep (the last unless early stopping) and its NLL."""
