@@ -1,0 +1,1 @@
+"""Registering experts, fitting them out-of-fold, and the ready-made expert sets."""

@@ -1,0 +1,1 @@
+"""Writing bundles: experts and gates as ONNX, the manifest, and LATEST."""
