@@ -13,18 +13,9 @@ import argparse
 import json
 from pathlib import Path
 
-METHODS = (
-    "best_single",
-    "uniform",
-    "accuracy_weighted",
-    "bma",
-    "moe",
-    "dla",
-    "smc",
-    "bhs",
-    "iabma",
-    "iabma_paper",
-)
+from training.combiners.names import BENCH_METHODS
+
+METHODS = BENCH_METHODS
 HEADERS = (
     "best single",
     "uniform",

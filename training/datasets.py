@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -27,6 +27,15 @@ class Dataset:
     X: pd.DataFrame
     y: pd.Series
     region: np.ndarray | None = None  # simulation only: 0 linear, 1 circular
+
+    def take(self, rows: np.ndarray) -> Dataset:
+        """These rows (in this order), renumbered from 0."""
+        return replace(
+            self,
+            X=self.X.iloc[rows].reset_index(drop=True),
+            y=self.y.iloc[rows].reset_index(drop=True),
+            region=None if self.region is None else self.region[rows],
+        )
 
 
 @dataclass(frozen=True)

@@ -75,8 +75,6 @@ def holdout_split(data: Dataset, test_size: float, random_state: int) -> tuple[D
 
     Classification stratifies on the label; regression on 12 quantile bins of the target.
     """
-    from dataclasses import replace
-
     y = data.y.to_numpy()
     idx = np.arange(len(y))
     n_test = max(round(test_size * len(y)), 1)
@@ -85,13 +83,4 @@ def holdout_split(data: Dataset, test_size: float, random_state: int) -> tuple[D
         idx, test_size=n_test, random_state=random_state, stratify=_safe_stratify(labels, n_test)
     )
 
-    def take(rows: np.ndarray) -> Dataset:
-        region = None if data.region is None else data.region[rows]
-        return replace(
-            data,
-            X=data.X.iloc[rows].reset_index(drop=True),
-            y=data.y.iloc[rows].reset_index(drop=True),
-            region=region,
-        )
-
-    return take(np.sort(tr)), take(np.sort(te))
+    return data.take(np.sort(tr)), data.take(np.sort(te))

@@ -13,7 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -74,13 +74,7 @@ def balance(data: Dataset, seed: int) -> Dataset:
             [rng.choice(np.flatnonzero(y == c), size=counts.min(), replace=False) for c in classes]
         )
     )
-    region = None if data.region is None else data.region[keep]
-    return replace(
-        data,
-        X=data.X.iloc[keep].reset_index(drop=True),
-        y=data.y.iloc[keep].reset_index(drop=True),
-        region=region,
-    )
+    return data.take(keep)
 
 
 def load(dataset: str, data_dir: Path | None, csv: Dataset | None) -> Dataset:
