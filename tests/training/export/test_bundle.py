@@ -141,3 +141,21 @@ def test_unparseable_or_missing_pieces_are_refused(credit_bundle, copy_of) -> No
         resolve_version(b.parent.parent, "m")
     with pytest.raises(BundleError, match="no bundle named 'nope'"):
         resolve_version(b.parent.parent, "nope")
+
+
+@pytest.mark.parametrize(
+    "combiner", ["best_single", "accuracy_weighted", "bma", "moe", "dla", "smc", "bhs", "uniform"]
+)
+def test_every_baseline_can_be_the_bundle_gate(combiner, simulation_fit, tmp_path) -> None:
+    """``iabma train --combiner NAME``: the served weights are that combiner's weights."""
+    from training.estimator import IABMAClassifier
+
+    train, test = simulation_fit.train, simulation_fit.test
+    est = IABMAClassifier(simulation_fit.est.experts, combiner=combiner).fit(train.X, train.y)
+    assert est.combiner_.name == combiner
+    path = export_bundle(est, tmp_path, "sim", test.X)
+    m = read_manifest(path)
+    assert m.gate.combiner == combiner and m.gate.prior is None
+    pred = BundlePredictor(open_bundle(path)).predict(est.columns(test.X))
+    assert np.abs(pred.weights - est.weights(test.X)).max() <= PARITY
+    assert np.abs(pred.classes.proba - est.predict_proba(test.X)).max() <= PARITY
