@@ -14,29 +14,18 @@ from typing import Any, Literal
 
 import numpy as np
 
-from app.bundle.mixture import mix_classification, mix_regression
 from training.combiners.base import Combiner, check_fit_inputs
 from training.errors import ParameterError
 from training.evidence import Evidence, prior_energy
 from training.export.graph import GraphBuilder, dense_layers
 from training.gate.net import HIDDEN, mlp_logits, softmax_f32
+from training.gate.selection import search_candidates
 from training.gate.trainer import Member, train_members
 from training.params import check_choice, check_int, check_positive, check_real, is_real
 from training.prior import baseline_for_new_inputs, log_prior_at_training_points
-from training.splits import folds as folds_for
-from training.splits import inner_split
 
 KL_GRID = (0.0, 0.01, 0.03, 0.1, 0.3, 1.0)
 PRIOR_TEMPERATURE_GRID = (1.0, 4.0)
-# (rows up to, folds): small data is compared by cross-validation, where the cost is low
-# and one split would be noise; above 3000 rows one validation split holds enough rows.
-AUTO_FOLDS = ((999, 5), (3000, 3))
-# (rows up to, repeats): on the smallest data even 5 folds leave the choice of epochs noisy,
-# and repeating the cross-validation with other folds is cheap there.
-AUTO_REPEATS = ((999, 2),)
-# Candidates still trained after the first quarter of the epochs of the first fold.
-SURVIVORS = 3
-TEMPERATURE_GRID = np.exp(np.linspace(np.log(0.25), np.log(4.0), 57))
 
 
 class IABMAGate(Combiner):
@@ -197,14 +186,26 @@ class IABMAGate(Combiner):
         chosen, epochs, self.temperature_ = members[0], self.epochs, 1.0
         self.search_results_: list[dict[str, Any]] = []
         if searching:
-            chosen, steps = self._search(Z, evidence, log_priors, members, taus)
+            found = search_candidates(self, Z, evidence, log_priors, members)
+            chosen, steps = members[found.winner], found.steps
+            self.temperature_ = found.temperature
+            self.search_results_ = [
+                {
+                    "objective": mb.objective,
+                    "kl_weight": mb.kl_weight,
+                    "prior_temperature": taus[mb.prior_index],
+                    **found.scores[k],
+                }
+                for k, mb in enumerate(members)
+            ]
+            self.n_selection_folds_ = found.n_splits
             # The refit sees more rows per epoch; it trains for as many steps as the
             # chosen candidate did, which is what its validation score measured.
             epochs = max(1, round(steps / -(-evidence.n // int(self.batch_size))))
         elif isinstance(self.temperature, (int, float)):
             self.temperature_ = float(self.temperature)
         result = train_members(
-            Z, evidence.log_lik, log_priors, [chosen], epochs=epochs, **self._net_kwargs()
+            Z, evidence.log_lik, log_priors, [chosen], epochs=epochs, **self.net_kwargs()
         )
         self.layers_ = result.layers[0]
         self.selected_ = {
@@ -219,7 +220,7 @@ class IABMAGate(Combiner):
         self.n_features_in_ = Z.shape[1]
         return self
 
-    def _net_kwargs(self) -> dict[str, Any]:
+    def net_kwargs(self) -> dict[str, Any]:
         return {
             "hidden": tuple(self.hidden_layer_sizes),
             "learning_rate": float(self.learning_rate),
@@ -227,145 +228,6 @@ class IABMAGate(Combiner):
             "random_state": int(self.random_state),
             "progress": bool(self.verbose),
         }
-
-    def _selection_splits(self, ev: Evidence) -> list[tuple[np.ndarray, np.ndarray]]:
-        folds = self.selection_folds
-        if folds == "auto":
-            folds = next((k for rows, k in AUTO_FOLDS if ev.n <= rows), 1)
-        if isinstance(folds, bool) or not isinstance(folds, int) or folds < 1:
-            raise ParameterError("selection_folds", self.selection_folds, "must be >= 1 or 'auto'")
-        repeats = self.selection_repeats
-        if repeats == "auto":
-            repeats = next((r for rows, r in AUTO_REPEATS if ev.n <= rows), 1)
-        if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
-            raise ParameterError(
-                "selection_repeats", self.selection_repeats, "must be >= 1 or 'auto'"
-            )
-        if folds == 1:
-            return [
-                inner_split(ev.y, ev.task, self.validation_fraction, self.random_state + r)
-                for r in range(repeats)
-            ]
-        return [
-            (np.sort(tr), np.sort(va))
-            for r in range(repeats)
-            for tr, va in folds_for(ev.y, ev.task, folds, self.random_state + r)
-        ]
-
-    def _search(
-        self,
-        Z: np.ndarray,
-        ev: Evidence,
-        log_priors: np.ndarray,
-        members: list[Member],
-        taus: list[float],
-    ) -> tuple[Member, int]:
-        """Score candidates on held-out rows; return the winner and its training steps.
-
-        With several folds every training row is held out once, so the choice and the
-        temperature rest on all n rows rather than on one small split. In the first fold
-        (or the only split) every candidate trains for a quarter of the epochs, then only
-        the ``SURVIVORS`` best go on (successive halving): the clearly worse candidates,
-        large lambda mostly, never recover, and they would cost most of the time.
-        """
-        calibrate = self.temperature == "auto"
-        one_se = self.early_stopping and self.stopping_rule == "one_se"
-        record = calibrate or one_se
-        splits = self._selection_splits(ev)
-        rng = np.random.default_rng(self.random_state)
-        alive = list(range(len(members)))
-        total = np.zeros((self.epochs, len(members)))
-        count = np.zeros(len(members))
-        pruned: dict[int, float] = {}
-        logits: dict[int, list[np.ndarray]] = {k: [] for k in alive}
-        held_out: dict[int, list[np.ndarray]] = {k: [] for k in alive}
-        steps_per_epoch = 1
-        for fold, (tr, va) in enumerate(splits):
-            if self.search_max_rows is not None and len(tr) > self.search_max_rows:
-                tr = np.sort(rng.choice(tr, size=int(self.search_max_rows), replace=False))
-            steps_per_epoch = -(-len(tr) // int(self.batch_size))
-            halve = fold == 0 and len(alive) > SURVIVORS and self.epochs >= 4
-            res = train_members(
-                Z[tr],
-                ev.log_lik[tr],
-                log_priors[:, tr],
-                [members[k] for k in alive],
-                epochs=self.epochs,
-                validation=(Z[va], ev.log_lik[va]),
-                record_val_logits=record,
-                prune=(self.epochs // 4, SURVIVORS) if halve else None,
-                **self._net_kwargs(),
-            )
-            assert res.val_nll is not None
-            survivors = []
-            for i, k in enumerate(alive):
-                history = res.val_nll[:, i]
-                if np.isnan(history[-1]):
-                    pruned[k] = float(np.nanmin(history))
-                    continue
-                survivors.append(k)
-                total[:, k] += history * len(va)
-                count[k] += len(va)
-                held_out[k].append(va)
-                if record:
-                    assert res.val_logits is not None
-                    logits[k].append(res.val_logits[:, i])
-            alive = survivors
-        nll = total[:, alive] / count[alive]
-        epochs, scores = self._best_epochs(nll)
-        best = int(np.argmin(scores))
-        winner, epoch = alive[best], int(epochs[best])
-        if one_se:
-            epoch = self._one_se_epoch(epoch, logits[winner], held_out[winner], ev)
-        for k, mb in enumerate(members):
-            row: dict[str, Any] = {
-                "objective": mb.objective,
-                "kl_weight": mb.kl_weight,
-                "prior_temperature": taus[mb.prior_index],
-            }
-            if k in alive:
-                i = alive.index(k)
-                row.update(epochs=int(epochs[i]) + 1, val_nll=float(scores[i]))
-            else:
-                row.update(pruned_after_epoch=self.epochs // 4, val_nll=pruned[k])
-            self.search_results_.append(row)
-        self.n_selection_folds_ = len(splits)
-        if calibrate:
-            w = np.concatenate([softmax_f32(lg[epoch]) for lg in logits[winner]])
-            rows = np.concatenate(held_out[winner])
-            self.temperature_ = fit_mixture_temperature(w, ev.rows(rows))
-        elif self.temperature is not None:
-            self.temperature_ = float(self.temperature)
-        return members[winner], (epoch + 1) * steps_per_epoch
-
-    @staticmethod
-    def _one_se_epoch(
-        epoch: int, logits: list[np.ndarray], held_out: list[np.ndarray], ev: Evidence
-    ) -> int:
-        """The earliest epoch no worse than ``epoch`` by one paired standard error.
-
-        Each held-out row's NLL at an earlier epoch is compared with its own NLL at the
-        best epoch, so the test sees the difference the extra training makes rather than
-        how much rows differ from one another (which would stop far too early).
-        """
-        rows = ev.log_lik[np.concatenate(held_out)]
-        lq = np.concatenate([lg[: epoch + 1] for lg in logits], axis=1).astype(np.float64)
-        lq -= lq.max(axis=2, keepdims=True)
-        lq -= np.log(np.exp(lq).sum(axis=2, keepdims=True))
-        joint = lq + rows[None]
-        top = joint.max(axis=2, keepdims=True)
-        per_row = -(top[..., 0] + np.log(np.exp(joint - top).sum(axis=2)))  # (epochs, rows)
-        diff = per_row - per_row[epoch]
-        se = diff.std(axis=1, ddof=1) / np.sqrt(diff.shape[1])
-        return int(np.flatnonzero(diff.mean(axis=1) <= se)[0])
-
-    def _best_epochs(self, nll: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Per member: the epoch index to keep (the last unless early stopping) and its NLL."""
-        if self.early_stopping:
-            epochs = np.argmin(np.where(np.isfinite(nll), nll, np.inf), axis=0)
-        else:
-            epochs = np.full(nll.shape[1], self.epochs - 1)
-        return epochs, nll[epochs, np.arange(nll.shape[1])]
 
     # -- prediction and export ------------------------------------------------------------
     def weights(self, Z: np.ndarray) -> np.ndarray:
@@ -380,18 +242,3 @@ class IABMAGate(Combiner):
         params = super().manifest_params()
         params["selected"] = dict(getattr(self, "selected_", {}))
         return params
-
-
-def mixture_nll(weights: np.ndarray, ev: Evidence, temperature: float) -> float:
-    """Mean NLL of the mixture on the rows of ``ev``, after the mixture temperature."""
-    if ev.proba is not None:
-        p = mix_classification(weights, ev.proba, temperature).proba
-        return float(-np.mean(np.log(np.clip(p[np.arange(ev.n), ev.y], 1e-300, None))))
-    assert ev.means is not None and ev.sigmas is not None
-    return float(-np.mean(mix_regression(weights, ev.means, ev.sigmas, temperature).logpdf(ev.y)))
-
-
-def fit_mixture_temperature(weights: np.ndarray, ev: Evidence) -> float:
-    """The temperature on a log grid (0.25 to 4) with the lowest held-out NLL."""
-    nlls = [mixture_nll(weights, ev, float(t)) for t in TEMPERATURE_GRID]
-    return float(TEMPERATURE_GRID[int(np.argmin(nlls))])

@@ -1,0 +1,192 @@
+"""How :class:`~training.gate.iabma_gate.IABMAGate` chooses its variant on training rows.
+
+Every candidate ``(objective, kl_weight, prior temperature)`` is scored by the mixture NLL
+on held-out training rows, never on test data:
+
+- small data is compared by k-fold cross-validation (every row held out once, repeated
+  on the smallest data), large data on one validation split;
+- in the first split all candidates train for a quarter of the epochs, then only the
+  ``SURVIVORS`` best go on (successive halving): the clearly worse candidates, large
+  lambda mostly, never recover, and they would cost most of the time;
+- with early stopping the winner's training length is chosen too (lowest NLL, or the
+  earliest epoch within one paired standard error of it);
+- the mixture temperature is fitted on the winner's held-out predictions.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from app.bundle.mixture import mix_classification, mix_regression
+from training.errors import ParameterError
+from training.evidence import Evidence
+from training.gate.net import softmax_f32
+from training.gate.trainer import Member, train_members
+from training.splits import folds, inner_split
+
+if TYPE_CHECKING:
+    from training.gate.iabma_gate import IABMAGate
+
+# (rows up to, folds): small data is compared by cross-validation, where the cost is low
+# and one split would be noise; above 3000 rows one validation split holds enough rows.
+AUTO_FOLDS = ((999, 5), (3000, 3))
+# (rows up to, repeats): on the smallest data even 5 folds leave the choice of epochs noisy,
+# and repeating the cross-validation with other folds is cheap there.
+AUTO_REPEATS = ((999, 2),)
+# Candidates still trained after the first quarter of the epochs of the first split.
+SURVIVORS = 3
+TEMPERATURE_GRID = np.exp(np.linspace(np.log(0.25), np.log(4.0), 57))
+
+
+@dataclass(frozen=True)
+class SearchOutcome:
+    winner: int  # index into the candidates
+    steps: int  # optimiser steps the winner trained for when it scored best
+    temperature: float
+    scores: list[dict[str, Any]]  # per candidate: its epochs and val NLL, or when it was pruned
+    n_splits: int
+
+
+def _auto(value: Any, table: tuple[tuple[int, int], ...], n: int, name: str) -> int:
+    if value == "auto":
+        return next((k for rows, k in table if n <= rows), 1)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ParameterError(name, value, "must be an integer >= 1 or 'auto'")
+    return value
+
+
+def selection_splits(gate: IABMAGate, ev: Evidence) -> list[tuple[np.ndarray, np.ndarray]]:
+    """(train, held-out) index pairs over the gate's training rows."""
+    k = _auto(gate.selection_folds, AUTO_FOLDS, ev.n, "selection_folds")
+    repeats = _auto(gate.selection_repeats, AUTO_REPEATS, ev.n, "selection_repeats")
+    seed = int(gate.random_state)
+    if k == 1:
+        return [
+            inner_split(ev.y, ev.task, gate.validation_fraction, seed + r) for r in range(repeats)
+        ]
+    return [
+        (np.sort(tr), np.sort(va))
+        for r in range(repeats)
+        for tr, va in folds(ev.y, ev.task, k, seed + r)
+    ]
+
+
+def best_epochs(nll: np.ndarray, early_stopping: bool) -> tuple[np.ndarray, np.ndarray]:
+    """Per candidate: the epoch index to keep (the last unless early stopping), its NLL."""
+    if early_stopping:
+        epochs = np.argmin(np.where(np.isfinite(nll), nll, np.inf), axis=0)
+    else:
+        epochs = np.full(nll.shape[1], nll.shape[0] - 1)
+    return epochs, nll[epochs, np.arange(nll.shape[1])]
+
+
+def one_se_epoch(
+    epoch: int, logits: list[np.ndarray], held_out: list[np.ndarray], ev: Evidence
+) -> int:
+    """The earliest epoch no worse than ``epoch`` by one paired standard error.
+
+    Each held-out row's NLL at an earlier epoch is compared with its own NLL at the best
+    epoch, so the test sees the difference the extra training makes rather than how much
+    rows differ from one another (which would stop far too early).
+    """
+    rows = ev.log_lik[np.concatenate(held_out)]
+    lq = np.concatenate([lg[: epoch + 1] for lg in logits], axis=1).astype(np.float64)
+    lq -= lq.max(axis=2, keepdims=True)
+    lq -= np.log(np.exp(lq).sum(axis=2, keepdims=True))
+    joint = lq + rows[None]
+    top = joint.max(axis=2, keepdims=True)
+    per_row = -(top[..., 0] + np.log(np.exp(joint - top).sum(axis=2)))  # (epochs, rows)
+    diff = per_row - per_row[epoch]
+    se = diff.std(axis=1, ddof=1) / np.sqrt(diff.shape[1])
+    return int(np.flatnonzero(diff.mean(axis=1) <= se)[0])
+
+
+def search_candidates(
+    gate: IABMAGate,
+    Z: np.ndarray,
+    ev: Evidence,
+    log_priors: np.ndarray,
+    members: list[Member],
+) -> SearchOutcome:
+    """Train and score every candidate on held-out rows; return the winner."""
+    epochs_max = int(gate.epochs)
+    calibrate = gate.temperature == "auto"
+    one_se = gate.early_stopping and gate.stopping_rule == "one_se"
+    record = calibrate or one_se
+    splits = selection_splits(gate, ev)
+    rng = np.random.default_rng(gate.random_state)
+    alive = list(range(len(members)))
+    total = np.zeros((epochs_max, len(members)))
+    count = np.zeros(len(members))
+    pruned: dict[int, float] = {}
+    logits: dict[int, list[np.ndarray]] = {k: [] for k in alive}
+    held_out: dict[int, list[np.ndarray]] = {k: [] for k in alive}
+    steps_per_epoch = 1
+    for split, (tr, va) in enumerate(splits):
+        if gate.search_max_rows is not None and len(tr) > gate.search_max_rows:
+            tr = np.sort(rng.choice(tr, size=int(gate.search_max_rows), replace=False))
+        steps_per_epoch = -(-len(tr) // int(gate.batch_size))
+        halve = split == 0 and len(alive) > SURVIVORS and epochs_max >= 4
+        res = train_members(
+            Z[tr],
+            ev.log_lik[tr],
+            log_priors[:, tr],
+            [members[k] for k in alive],
+            epochs=epochs_max,
+            validation=(Z[va], ev.log_lik[va]),
+            record_val_logits=record,
+            prune=(epochs_max // 4, SURVIVORS) if halve else None,
+            **gate.net_kwargs(),
+        )
+        assert res.val_nll is not None
+        survivors = []
+        for i, k in enumerate(alive):
+            history = res.val_nll[:, i]
+            if np.isnan(history[-1]):
+                pruned[k] = float(np.nanmin(history))
+                continue
+            survivors.append(k)
+            total[:, k] += history * len(va)
+            count[k] += len(va)
+            held_out[k].append(va)
+            if record:
+                assert res.val_logits is not None
+                logits[k].append(res.val_logits[:, i])
+        alive = survivors
+    epochs, scores = best_epochs(total[:, alive] / count[alive], bool(gate.early_stopping))
+    best = int(np.argmin(scores))
+    winner, epoch = alive[best], int(epochs[best])
+    if one_se:
+        epoch = one_se_epoch(epoch, logits[winner], held_out[winner], ev)
+    temperature = 1.0
+    if calibrate:
+        w = np.concatenate([softmax_f32(lg[epoch]) for lg in logits[winner]])
+        temperature = fit_mixture_temperature(w, ev.rows(np.concatenate(held_out[winner])))
+    elif gate.temperature is not None:
+        temperature = float(gate.temperature)
+    report: list[dict[str, Any]] = []
+    for k in range(len(members)):
+        if k in alive:
+            i = alive.index(k)
+            report.append({"epochs": int(epochs[i]) + 1, "val_nll": float(scores[i])})
+        else:
+            report.append({"pruned_after_epoch": epochs_max // 4, "val_nll": pruned[k]})
+    return SearchOutcome(winner, (epoch + 1) * steps_per_epoch, temperature, report, len(splits))
+
+
+def mixture_nll(weights: np.ndarray, ev: Evidence, temperature: float) -> float:
+    """Mean NLL of the mixture on the rows of ``ev``, after the mixture temperature."""
+    if ev.proba is not None:
+        p = mix_classification(weights, ev.proba, temperature).proba
+        return float(-np.mean(np.log(np.clip(p[np.arange(ev.n), ev.y], 1e-300, None))))
+    assert ev.means is not None and ev.sigmas is not None
+    return float(-np.mean(mix_regression(weights, ev.means, ev.sigmas, temperature).logpdf(ev.y)))
+
+
+def fit_mixture_temperature(weights: np.ndarray, ev: Evidence) -> float:
+    """The temperature on a log grid (0.25 to 4) with the lowest held-out NLL."""
+    nlls = [mixture_nll(weights, ev, float(t)) for t in TEMPERATURE_GRID]
+    return float(TEMPERATURE_GRID[int(np.argmin(nlls))])
