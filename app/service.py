@@ -141,38 +141,27 @@ class Service:
         """Make the audit record durable, then count the prediction in the metrics."""
         model = outcome.model
         if self.settings.audit_enabled:
-            await self._write_record(outcome, rows, request_id, route, started)
+            if self.writer is None:
+                raise NotReady("the audit trail is not open yet; retry shortly", field="audit")
+            record = AuditRecord(
+                request_id=request_id,
+                created_us=now_us(),
+                model=model.name,
+                version=model.version,
+                route=route,
+                task=model.task,
+                experts=model.experts,
+                weights=outcome.weights,
+                items=outcome.items,
+                latency_ms=(time.perf_counter() - started) * 1000.0,
+                input_mode=self.settings.audit_payload,
+                instances=rows,
+            )
+            await self.writer.write(record)
         labels = (model.name, model.version)
         self.metrics.observe_graphs(labels, outcome.timings)
         self.metrics.observe_weights(labels, model.experts, outcome.weights)
         self.metrics.rows.inc((*labels, route), outcome.n)
-
-    async def _write_record(
-        self,
-        outcome: Outcome,
-        rows: list[dict[str, Any]],
-        request_id: str,
-        route: str,
-        started: float,
-    ) -> None:
-        if self.writer is None:
-            raise NotReady("the audit trail is not open yet; retry shortly", field="audit")
-        model = outcome.model
-        record = AuditRecord(
-            request_id=request_id,
-            created_us=now_us(),
-            model=model.name,
-            version=model.version,
-            route=route,
-            task=model.task,
-            experts=model.experts,
-            weights=outcome.weights,
-            items=outcome.items,
-            latency_ms=(time.perf_counter() - started) * 1000.0,
-            input_mode=self.settings.audit_payload,
-            instances=rows,
-        )
-        await self.writer.write(record)
 
     # -- admin -------------------------------------------------------------------------------
     def check_admin(self, authorization: str | None) -> None:
