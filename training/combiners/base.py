@@ -83,10 +83,6 @@ def constant_weights_onnx(g: GraphBuilder, z: str, w: np.ndarray) -> str:
     return g.op("Add", [zero_col, g.const(np.asarray(w, dtype=np.float32)[None, :])])
 
 
-def softmax_onnx(g: GraphBuilder, logits: str) -> str:
-    return g.softmax_rows(logits)
-
-
 class UniformCombiner(Combiner):
     """``alpha_j(x) = 1/m`` everywhere: the plain average of the experts."""
 

@@ -65,13 +65,6 @@ class PosteriorNet(nn.Module):
             h = torch.baddbmm(b, torch.relu(h), w)
         return h
 
-    def member_layers(self, k: int) -> list[tuple[np.ndarray, np.ndarray]]:
-        """Member ``k``'s layers as float32 numpy ``(W, b)`` pairs, for numpy and ONNX."""
-        return [
-            (w[k].detach().numpy().copy(), b[k, 0].detach().numpy().copy())
-            for w, b in zip(self.weights, self.biases, strict=True)
-        ]
-
 
 def mlp_logits(z: np.ndarray, layers: Sequence[tuple[np.ndarray, np.ndarray]]) -> np.ndarray:
     """The forward pass in float32 numpy, exactly as the exported ONNX graph computes it."""
