@@ -36,6 +36,7 @@ class Outcome:
     mean: np.ndarray | None = None  # regression: (n,), target units
     std: np.ndarray | None = None
     interval: np.ndarray | None = None  # (n, 2)
+    expert_means: np.ndarray | None = None  # regression: (n, m), target units
 
     @property
     def n(self) -> int:
@@ -114,7 +115,17 @@ def run(model: LoadedModel, columns: Columns, row_field: RowField) -> Outcome:
         per_expert=s.expert_means,
     )
     items = _regression_items(model, w, s.mean, s.std, interval, s.expert_means, unc)
-    return Outcome(model, w, unc, items, pred.timings, mean=s.mean, std=s.std, interval=interval)
+    return Outcome(
+        model,
+        w,
+        unc,
+        items,
+        pred.timings,
+        mean=s.mean,
+        std=s.std,
+        interval=interval,
+        expert_means=s.expert_means,
+    )
 
 
 def _classification_items(

@@ -23,55 +23,53 @@ from typing import Any
 from app.body import NonFinite
 from app.bundle.columns import Columns, numeric_column, string_column
 from app.bundle.manifest import Manifest
+from app.bundle.normalise import CategoryMap, Normaliser, Problem, json_repr
 from app.errors import Fault, InvalidInput, TooManyRows
 
 FLOAT32_MAX = 3.4028234663852886e38
 MAX_FAULTS = 20
-_SHOWN_CATEGORIES = 20
 _NUMBER = re.compile(r"^[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?$")
-_NON_FINITE = re.compile(r"^[+-]?(nan|inf|infinity)$", re.IGNORECASE)
+_NON_FINITE = re.compile(r"^[+-]?(inf|infinity)$", re.IGNORECASE)
 
 FieldName = Callable[[int, str], str]
-Problem = tuple[str, str]  # (code, message) before the field is known
 
 
 def json_type(value: Any) -> str:
     if isinstance(value, NonFinite):
         return value.token
-    if isinstance(value, str):
-        return f'"{value[:40]}"' + ("..." if len(value) > 40 else "")
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, (int, float)):
-        return repr(value)
-    return {dict: "an object", list: "an array"}.get(type(value), type(value).__name__)
+    return json_repr(value)
 
 
 @dataclass(frozen=True)
 class FeatureTable:
-    """What a request must look like for one bundle; built once when the bundle loads."""
+    """What a request must look like for one bundle; built once when the bundle loads.
+
+    Clients name features as in their own data (``names``); the columns handed to the
+    graphs are keyed by graph input name (``inputs``). Values are read by the bundle's
+    input rule, exactly as training read the file.
+    """
 
     names: tuple[str, ...]
-    numeric: frozenset[str]
-    categories: Mapping[str, frozenset[str]]
-    known_text: Mapping[str, str]
+    inputs: Mapping[str, str]  # user name -> graph input name
+    numeric: frozenset[str]  # user names
+    categories: Mapping[str, CategoryMap]  # user name -> its categories
+    rule: Normaliser
     missing_token: str
     map_unknown_to_missing: bool
 
     @classmethod
     def from_manifest(cls, manifest: Manifest, unknown_category: str) -> FeatureTable:
-        cats = {f.name: frozenset(f.categories or ()) for f in manifest.features if f.categories}
-        shown = {}
-        for f in manifest.features:
-            if f.categories:
-                head = ", ".join(f'"{c}"' for c in f.categories[:_SHOWN_CATEGORIES])
-                more = len(f.categories) - _SHOWN_CATEGORIES
-                shown[f.name] = f"[{head}{f', ... {more} more' if more > 0 else ''}]"
+        rule = manifest.input_rule.normaliser()
         return cls(
             names=tuple(f.name for f in manifest.features),
+            inputs={f.name: f.input for f in manifest.features},
             numeric=frozenset(f.name for f in manifest.features if f.dtype == "float"),
-            categories=cats,
-            known_text=shown,
+            categories={
+                f.name: CategoryMap(tuple(f.categories), rule, f.other)
+                for f in manifest.features
+                if f.categories
+            },
+            rule=rule,
             missing_token=manifest.missing_token,
             map_unknown_to_missing=unknown_category == "missing",
         )
@@ -81,19 +79,14 @@ class FeatureTable:
         return ", ".join(self.names)
 
     def number(self, value: Any) -> tuple[float | None, Problem | None]:
-        if value is None:
-            return None, None
         if isinstance(value, NonFinite):
             return None, (
                 "not_finite",
                 f"{value.token} is not allowed; send null for a missing value",
             )
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            return None, ("wrong_type", f"expected a number or null, got {json_type(value)}")
-        try:
-            number = float(value)
-        except OverflowError:
-            number = math.inf
+        number, problem = self.rule.number(value)
+        if problem is not None or number is None:
+            return None, problem
         if not math.isfinite(number):
             return None, ("not_finite", f"{value!r} is not a finite number")
         if abs(number) > FLOAT32_MAX:
@@ -101,20 +94,12 @@ class FeatureTable:
         return number, None
 
     def category(self, name: str, value: Any) -> tuple[str | None, Problem | None]:
-        if value is None:
+        if isinstance(value, NonFinite):
+            return None, ("wrong_type", f"expected a string or null, got {value.token}")
+        cat, problem = self.categories[name].lookup(value)
+        if problem is not None and problem[0] == "unknown_category" and self.map_unknown_to_missing:
             return None, None
-        if isinstance(value, bool) or not isinstance(value, (str, int, float)):
-            return None, ("wrong_type", f"expected a string or null, got {json_type(value)}")
-        text = value if isinstance(value, str) else str(value)
-        if text in self.categories[name]:
-            return text, None
-        if self.map_unknown_to_missing:
-            return None, None
-        return None, (
-            "unknown_category",
-            f"unknown category {json_type(text)}; known: {self.known_text[name]} "
-            "(send null for a missing value)",
-        )
+        return cat, problem
 
     def columns(self, rows: Sequence[Mapping[str, Any]], field_of: FieldName) -> Columns:
         """Validate every row; raise :class:`InvalidInput` listing the faults found."""
@@ -149,7 +134,7 @@ class FeatureTable:
         if faults:
             raise InvalidInput(faults[:MAX_FAULTS])
         return {
-            name: numeric_column(col)
+            self.inputs[name]: numeric_column(col)
             if name in self.numeric
             else string_column(col, self.missing_token)
             for name, col in values.items()
@@ -220,9 +205,9 @@ def query_row(params: Mapping[str, str], table: FeatureTable) -> dict[str, Any]:
     for key, text in params.items():
         if text == "":
             row[key] = None
-        elif key in table.numeric and _NUMBER.match(text):
+        elif key in table.numeric and _NUMBER.match(text.strip()):
             row[key] = float(text)
-        elif key in table.numeric and _NON_FINITE.match(text):
+        elif key in table.numeric and _NON_FINITE.match(text.strip()):
             row[key] = NonFinite(text)
         else:
             row[key] = text

@@ -82,9 +82,13 @@ async def weights(
     params = _single(items)
     keys = set(params)
     features = set(model.features.names)
-    if "request_id" in keys and "request_id" not in features:
+    # Feature names may be any text, "limit" or "request_id" included: a query naming every
+    # feature is a gate probe, and only then do those words stop meaning their usual thing.
+    if keys and keys >= features:
+        return _gate(service, params, request_id)
+    if keys == {"request_id"} or ("request_id" in keys and not keys <= set(LISTING) | features):
         return await _record(service, params)
-    if keys & features:
+    if keys & features and not keys <= set(LISTING):
         return _gate(service, params, request_id)
     unknown = sorted(keys - set(LISTING))
     if unknown:

@@ -7,15 +7,17 @@ Nothing is downloaded: the CSVs are read from ``../shared/datasets`` next to the
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from training.errors import ParameterError
-from training.features import clean_missing_strings
+from app.bundle.normalise import Decimal, Normaliser, rule_for
+from training.csvfile import read_text_frame, typed_frame
+from training.errors import CsvError, DataWarning, ParameterError
 
 MIN_ROWS = 50
 
@@ -27,6 +29,8 @@ class Dataset:
     X: pd.DataFrame
     y: pd.Series
     region: np.ndarray | None = None  # simulation only: 0 linear, 1 circular
+    rule: Normaliser = field(default_factory=Normaliser)  # how the cells were read
+    source_rows: np.ndarray | None = None  # CSV only: each row's 1-based data row in the file
 
     def take(self, rows: np.ndarray) -> Dataset:
         """These rows (in this order), renumbered from 0."""
@@ -35,6 +39,7 @@ class Dataset:
             X=self.X.iloc[rows].reset_index(drop=True),
             y=self.y.iloc[rows].reset_index(drop=True),
             region=None if self.region is None else self.region[rows],
+            source_rows=None if self.source_rows is None else self.source_rows[rows],
         )
 
 
@@ -78,54 +83,103 @@ def load_csv(
     task: str,
     drop: Sequence[str] = (),
     name: str | None = None,
+    na_values: Sequence[str] | None = None,
+    keep_default_na: bool = True,
 ) -> Dataset:
-    """Read a CSV and check that ``target`` suits ``task``; errors name the problem."""
+    """Read a CSV with the input rule and check that ``target`` suits ``task``.
+
+    Cells are typed by ``rule`` (pandas' missing-value strings by default): numeric
+    columns become float64, the others pandas Categoricals that list every category in
+    the file, so any split of it knows them all. Rows whose target is missing are dropped,
+    with a warning saying how many. Every fault raises :class:`CsvError` naming the file
+    and the column, before anything is fitted.
+    """
     path = Path(path)
     if task not in ("classification", "regression"):
         raise ParameterError("task", task, "must be 'classification' or 'regression'")
-    if not path.is_file():
-        raise ParameterError("csv", str(path), "does not exist")
-    try:
-        df = pd.read_csv(path)
-    except (pd.errors.ParserError, UnicodeDecodeError, pd.errors.EmptyDataError) as exc:
-        raise ParameterError("csv", str(path), f"is not a readable CSV: {exc}") from None
-    if target not in df.columns:
-        raise ParameterError(
-            "target", target, f"is not a column of {path.name}; columns: {list(df.columns)}"
+    text, delimiter = read_text_frame(path)
+    if target not in text.columns:
+        raise CsvError(
+            path, f"--target {target!r} is not a column; the columns are {list(text.columns)}"
         )
-    unknown = [d for d in drop if d not in df.columns]
+    unknown = [d for d in drop if d not in text.columns]
     if unknown:
-        raise ParameterError("drop", unknown, f"are not columns of {path.name}")
-    df = clean_missing_strings(df)
-    y = df[target]
-    if y.isna().any():
-        rows = np.flatnonzero(y.isna().to_numpy())
-        raise ParameterError(
-            "target",
-            target,
-            f"has {rows.size} missing values (first at data row {rows[0] + 1}); fill or drop them",
+        raise CsvError(path, f"--drop names columns the file does not have: {unknown}")
+    rule = rule_for(na_values, keep_default_na, decimal=guess_decimal(text, delimiter))
+    source_rows = np.arange(1, len(text) + 1)
+    y = _target(path, text[target], target, task, rule)
+    missing = int(y.isna().sum())
+    if missing:
+        warnings.warn(
+            f"{path}: column {target!r}: dropped {missing} of {len(y)} rows whose target is "
+            "missing",
+            DataWarning,
+            stacklevel=2,
         )
-    if len(df) < MIN_ROWS:
-        raise ParameterError(
-            "csv", str(path), f"has {len(df)} usable rows; at least {MIN_ROWS} are needed"
-        )
+        keep = y.notna().to_numpy()
+        text, y, source_rows = text[keep], y[keep], source_rows[keep]
+    if str(y.dtype) == "Int64":
+        y = y.astype(np.int64)
+    if len(y) < MIN_ROWS:
+        raise CsvError(path, f"has {len(y)} usable rows; at least {MIN_ROWS} are needed")
     if y.nunique() < 2:
         problem = "is constant" if task == "regression" else "has a single class"
-        raise ParameterError(
-            "target", target, f"{problem} ({y.iloc[0]!r}); there is nothing to learn"
-        )
-    if task == "regression" and not pd.api.types.is_numeric_dtype(y):
-        raise ParameterError(
-            "task", task, f"does not match target {target!r}, which is not numeric"
-        )
-    if task == "classification" and pd.api.types.is_float_dtype(y) and not np.all(y == np.round(y)):
-        raise ParameterError(
-            "task", task, f"does not match target {target!r}, which has non-integer values"
-        )
-    X = df.drop(columns=[target, *drop])
+        raise CsvError(path, f"{problem} ({y.iloc[0]!r}); there is nothing to learn", column=target)
+    features = text.drop(columns=[target, *drop])
+    if features.shape[1] == 0:
+        raise CsvError(path, f"has no feature columns besides the target {target!r}")
+    X = typed_frame(path, features, rule)
     if X.shape[1] == 0:
-        raise ParameterError("drop", list(drop), "leaves no feature columns")
-    return Dataset(name or path.stem, task, X.reset_index(drop=True), y.reset_index(drop=True))
+        raise CsvError(path, "has no feature column with any value")
+    return Dataset(
+        name or path.stem,
+        task,
+        X.reset_index(drop=True),
+        y.reset_index(drop=True),
+        rule=rule,
+        source_rows=source_rows,
+    )
+
+
+def guess_decimal(text: pd.DataFrame, delimiter: str) -> Decimal:
+    """Semicolon files are often written with decimal commas ("3,5"); read them so."""
+    if delimiter != ";":
+        return "."
+    sample = text.head(200)
+    for name in sample.columns:
+        cells = sample[name].str.strip()
+        cells = cells[cells != ""]
+        if len(cells) and cells.str.fullmatch(r"[+-]?\d+,\d+").mean() > 0.5:
+            return ","
+    return "."
+
+
+def _target(path: Path, cells: pd.Series, name: str, task: str, rule: Normaliser) -> pd.Series:
+    """The target column typed for ``task``: float64, int64 class codes or string labels."""
+    texts = [rule.text(c) for c in cells.tolist()]
+    numbers = [None if t is None else rule.number_text(t) for t in texts]
+    if task == "regression":
+        for row, (t, v) in enumerate(zip(texts, numbers, strict=True)):
+            if t is not None and v is None:
+                raise CsvError(
+                    path,
+                    f'a regression target must be numeric; it holds text ("{t[:40]}" in data '
+                    f"row {row + 1}). Use --task classification if it names classes",
+                    column=name,
+                )
+        return pd.Series([np.nan if v is None else v for v in numbers], dtype=np.float64, name=name)
+    n_present = sum(t is not None for t in texts)
+    values = [v for v in numbers if v is not None]
+    if values and len(values) == n_present:
+        if not all(v.is_integer() for v in values):
+            raise CsvError(
+                path,
+                "has non-integer numbers, which look like a regression target; use "
+                "--task regression",
+                column=name,
+            )
+        return pd.Series([None if v is None else int(v) for v in numbers], dtype="Int64", name=name)
+    return pd.Series(texts, dtype=object, name=name)
 
 
 def simulate(n: int, random_state: int = 0, t: float = 1.0) -> Dataset:

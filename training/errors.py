@@ -26,3 +26,18 @@ class ExportError(IABMAError):
 
 class NotFittedError(IABMAError, AttributeError):
     """A fitted-only method was called before ``fit``."""
+
+
+class CsvError(IABMAError, ValueError):
+    """A CSV file that cannot be used as it is; the message names the file and the column."""
+
+    def __init__(self, path: object, problem: str, column: str | None = None) -> None:
+        self.path = str(path)
+        self.column = column
+        self.problem = problem
+        where = f"{self.path}: column {column!r}: " if column is not None else f"{self.path}: "
+        super().__init__(where + problem)
+
+
+class DataWarning(UserWarning):
+    """Something about the user's data we changed or would question (shown by the CLI)."""

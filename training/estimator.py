@@ -18,6 +18,7 @@ from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin, clone
 
 from app.bundle.columns import Columns
 from app.bundle.mixture import ClassMixture, mix_classification, mix_regression
+from app.bundle.normalise import Normaliser, rule_for
 from app.bundle.predictor import RegressionSummary, summarise_regression
 from app.bundle.prior import classification_energy, prior_from_energy, regression_energy
 from training.combiners.base import Combiner
@@ -25,9 +26,10 @@ from training.errors import NotFittedError, ParameterError
 from training.evidence import Evidence, classification_evidence, regression_evidence
 from training.experts.fitting import ExpertSet
 from training.experts.spec import Expert
-from training.features import FeatureSchema
+from training.features import MAX_CATEGORIES, FeatureSchema, frame_of
 from training.gate.encoder import GateEncoder
 from training.gate.iabma_gate import IABMAGate
+from training.params import check_int
 
 
 def as_frame(X: Any) -> pd.DataFrame:
@@ -57,6 +59,10 @@ class _IABMABase(BaseEstimator):
         combiner: Combiner | str | None = None,
         gate_features: Sequence[str] | None = None,
         categorical: Sequence[str] = (),
+        na_values: Sequence[str] | None = None,
+        keep_default_na: bool = True,
+        decimal: Literal[".", ","] = ".",
+        max_categories: int = MAX_CATEGORIES,
         likelihood_source: Literal["oof", "holdout", "in_sample"] = "oof",
         cv: int = 5,
         holdout_fraction: float = 0.2,
@@ -67,6 +73,10 @@ class _IABMABase(BaseEstimator):
         self.combiner = combiner
         self.gate_features = gate_features
         self.categorical = categorical
+        self.na_values = na_values
+        self.keep_default_na = keep_default_na
+        self.decimal = decimal
+        self.max_categories = max_categories
         self.likelihood_source = likelihood_source
         self.cv = cv
         self.holdout_fraction = holdout_fraction
@@ -121,9 +131,13 @@ class _IABMABase(BaseEstimator):
                 "must not contain NaN or None",
             )
         experts = self._check_experts()
-        self.schema_ = FeatureSchema.infer(X, self.categorical)
+        self.schema_ = FeatureSchema.infer(
+            X, self.categorical, self._rule(), check_int("max_categories", self.max_categories)
+        )
         y_fit = self._encode_target(y)
-        frame = self.schema_.frame(X)
+        # X is read once: the experts see it as a frame, the gate as columns.
+        columns = self.schema_.columns(X)
+        frame = frame_of(columns, X.index)
         self.experts_ = ExpertSet(
             experts,
             self._task,
@@ -144,7 +158,6 @@ class _IABMABase(BaseEstimator):
         if unknown or not gate_names:
             raise ParameterError("gate_features", unknown or gate_names, "must name columns of X")
         self.encoder_ = GateEncoder(self.schema_.subset(gate_names))
-        columns = self.schema_.columns(X)
         Z = self.encoder_.fit(columns).transform(columns)[rows]
         t0 = time.perf_counter()
         self.combiner_ = self._make_combiner().fit(Z, self.evidence_)
@@ -160,19 +173,30 @@ class _IABMABase(BaseEstimator):
         if not hasattr(self, "combiner_"):
             raise NotFittedError(f"{type(self).__name__} is not fitted; call fit first")
 
+    def _rule(self) -> Normaliser:
+        try:
+            return rule_for(self.na_values, bool(self.keep_default_na), decimal=self.decimal)
+        except ValueError:
+            raise ParameterError("decimal", self.decimal, "must be '.' or ','") from None
+
     def columns(self, X: Any) -> Columns:
+        """Raw ``X`` as the bundle's graphs take it: one array per feature, by graph name."""
         self._check_is_fitted()
         return self.schema_.columns(as_frame(X))
 
+    def _weights(self, columns: Columns) -> np.ndarray:
+        return self.combiner_.weights(self.encoder_.transform(columns))
+
+    def _outputs(self, columns: Columns) -> np.ndarray:
+        return self._standardise(self.experts_.predict_raw(frame_of(columns)))
+
     def weights(self, X: Any) -> np.ndarray:
         """``alpha(x)``: (n, m) weights per expert, rows on the simplex."""
-        columns = self.columns(X)
-        return self.combiner_.weights(self.encoder_.transform(columns))
+        return self._weights(self.columns(X))
 
     def expert_outputs(self, X: Any) -> np.ndarray:
         """(n, m, C) probabilities, or (n, m) means in standardised units."""
-        self._check_is_fitted()
-        return self._standardise(self.experts_.predict_raw(self.schema_.frame(as_frame(X))))
+        return self._outputs(self.columns(X))
 
     def prior(self, X: Any) -> np.ndarray:
         """The adaptive prior ``p(J = j | x_{1:n}, x)`` at new inputs (IA-BMA gates only)."""
@@ -202,7 +226,17 @@ class IABMAClassifier(ClassifierMixin, _IABMABase):
     gate_features : sequence of str, optional
         Raw features the gate reads (all by default).
     categorical : sequence of str
-        Columns to treat as categorical even if numeric.
+        Columns to treat as categorical even if numeric (pandas ``category`` columns are).
+    na_values : sequence of str, optional
+        Text that means a missing value, added to pandas' ``read_csv`` defaults
+        (``""``, ``"NA"``, ``"NaN"``, ``"null"``, ...); ``"unknown"`` or ``"?"`` are
+        categories unless listed here. Recorded in the bundle and applied by the server.
+    keep_default_na : bool
+        False drops pandas' defaults, leaving only ``na_values``.
+    decimal : {".", ","}
+        The decimal mark of numbers written as text.
+    max_categories : int
+        Keep at most this many levels of a categorical column; the rest share one bucket.
     likelihood_source : {"oof", "holdout", "in_sample"}
         Where L comes from (METHOD.md §3).
     cv : int
@@ -239,8 +273,9 @@ class IABMAClassifier(ClassifierMixin, _IABMABase):
         return classification_evidence(outputs, y_fit)
 
     def mixture(self, X: Any) -> ClassMixture:
+        columns = self.columns(X)
         return mix_classification(
-            self.weights(X), self.expert_outputs(X), self.mixture_temperature_
+            self._weights(columns), self._outputs(columns), self.mixture_temperature_
         )
 
     def predict_proba(self, X: Any) -> np.ndarray:
@@ -293,11 +328,13 @@ class IABMARegressor(RegressorMixin, _IABMABase):
 
     def distribution(self, X: Any) -> RegressionSummary:
         """Mean, std, 90% interval and the variance split, in the target's units."""
+        columns = self.columns(X)
         reg = mix_regression(
-            self.weights(X), self.expert_outputs(X), self.sigmas_, self.mixture_temperature_
+            self._weights(columns), self._outputs(columns), self.sigmas_, self.mixture_temperature_
         )
         return summarise_regression(reg, self.y_mean_, self.y_scale_)
 
     def predict(self, X: Any) -> np.ndarray:
-        reg = mix_regression(self.weights(X), self.expert_outputs(X), self.sigmas_, 1.0)
+        columns = self.columns(X)
+        reg = mix_regression(self._weights(columns), self._outputs(columns), self.sigmas_, 1.0)
         return reg.mean * self.y_scale_ + self.y_mean_

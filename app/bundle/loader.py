@@ -16,7 +16,13 @@ import onnxruntime as ort
 from pydantic import ValidationError
 
 from app.bundle.columns import feed, numeric_column, string_column
-from app.bundle.manifest import LATEST_FILE, MANIFEST_FILE, Manifest, check_safe_name
+from app.bundle.manifest import (
+    LATEST_FILE,
+    MANIFEST_FILE,
+    SCHEMA_VERSION,
+    Manifest,
+    check_safe_name,
+)
 
 
 class BundleError(Exception):
@@ -65,6 +71,18 @@ def read_manifest(path: Path) -> Manifest:
         data = json.loads(file.read_text(encoding="utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise BundleError(f"{file} is not valid JSON: {exc}") from None
+    found = data.get("schema_version") if isinstance(data, dict) else None
+    if isinstance(found, int) and not isinstance(found, bool) and found != SCHEMA_VERSION:
+        older = found < SCHEMA_VERSION
+        raise BundleError(
+            f"{file} has schema_version {found}; this server reads schema_version "
+            f"{SCHEMA_VERSION}. "
+            + (
+                "Re-export the bundle with this release's `iabma train`."
+                if older
+                else "Upgrade the server to a release that reads it."
+            )
+        )
     try:
         return Manifest.model_validate(data)
     except ValidationError as exc:
@@ -144,7 +162,7 @@ def check_shapes(bundle: OpenedBundle) -> None:
     """
     m = bundle.manifest
     row = {
-        f.name: numeric_column([None])
+        f.input: numeric_column([None])
         if f.dtype == "float"
         else string_column([None], m.missing_token)
         for f in m.features

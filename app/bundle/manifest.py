@@ -13,7 +13,9 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-SCHEMA_VERSION = 1
+from app.bundle.normalise import Normaliser
+
+SCHEMA_VERSION = 2
 MANIFEST_FILE = "manifest.json"
 LATEST_FILE = "LATEST"
 # Categorical missing values travel through every ONNX graph as this string, so the
@@ -23,6 +25,8 @@ MISSING_TOKEN = "__missing__"
 Task = Literal["classification", "regression"]
 _SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
+# Graph input names: every converter and runtime accepts these unchanged.
+_INPUT_NAME = re.compile(r"^f_[A-Za-z0-9_]{1,120}$")
 
 
 class _Strict(BaseModel):
@@ -40,19 +44,54 @@ def check_safe_name(value: str, what: str) -> str:
 
 
 class FeatureSpec(_Strict):
-    """One raw input column. ``categories`` lists the values seen in training."""
+    """One raw input column.
 
-    name: str
+    ``name`` is the user's column name, which clients send; ``input`` is the name of the
+    ONNX graph input that carries it (a sanitised, unique identifier: user names may hold
+    any character, and two of them can sanitise alike). ``categories`` lists the values
+    seen in training; with ``other`` set, the column was capped at training time and every
+    other value shares the ``__other__`` bucket.
+    """
+
+    name: str = Field(min_length=1)
+    input: str
     dtype: Literal["float", "string"]
     categories: list[str] | None = None
+    other: bool = False
+
+    @field_validator("input")
+    @classmethod
+    def _identifier(cls, v: str) -> str:
+        if not _INPUT_NAME.match(v):
+            raise ValueError(f"graph input name {v!r} must match {_INPUT_NAME.pattern}")
+        return v
 
     @model_validator(mode="after")
     def _categories_match_dtype(self) -> FeatureSpec:
         if self.dtype == "string" and not self.categories:
             raise ValueError(f"categorical feature {self.name!r} needs its categories")
-        if self.dtype == "float" and self.categories is not None:
+        if self.dtype == "float" and (self.categories is not None or self.other):
             raise ValueError(f"numeric feature {self.name!r} cannot have categories")
         return self
+
+
+class InputRule(_Strict):
+    """How raw cell values are read, on both sides (see :mod:`app.bundle.normalise`)."""
+
+    na_values: list[str]
+    strip_whitespace: bool = True
+    na_casefold: bool = False
+    numbers_as_text: bool = True
+    decimal: Literal[".", ","] = "."
+
+    def normaliser(self) -> Normaliser:
+        return Normaliser(
+            frozenset(self.na_values),
+            self.strip_whitespace,
+            self.na_casefold,
+            self.numbers_as_text,
+            self.decimal,
+        )
 
 
 class TargetSpec(_Strict):
@@ -123,7 +162,7 @@ class MixtureSpec(_Strict):
 
 
 class Manifest(_Strict):
-    schema_version: Literal[1] = SCHEMA_VERSION
+    schema_version: Literal[2] = SCHEMA_VERSION
     name: str
     version: str
     task: Task
@@ -133,6 +172,7 @@ class Manifest(_Strict):
     gate: GateEntry
     mixture: MixtureSpec = MixtureSpec()
     missing_token: str = MISSING_TOKEN
+    input_rule: InputRule
     training: dict[str, Any] = Field(default_factory=dict)
     metrics: dict[str, dict[str, float]] = Field(default_factory=dict)
     data_fingerprint: str
@@ -147,14 +187,17 @@ class Manifest(_Strict):
         names = [f.name for f in self.features]
         if len(set(names)) != len(names):
             raise ValueError("feature names must be unique")
+        inputs = [f.input for f in self.features]
+        if len(set(inputs)) != len(inputs):
+            raise ValueError("feature graph input names must be unique")
         experts = [e.name for e in self.experts]
         if len(experts) < 2 or len(set(experts)) != len(experts):
             raise ValueError("a bundle needs at least two experts with unique names")
-        known = set(names)
-        for owner, inputs in [(e.name, e.inputs) for e in self.experts] + [
+        known = set(inputs)
+        for owner, reads in [(e.name, e.inputs) for e in self.experts] + [
             ("gate", self.gate.inputs)
         ]:
-            unknown = sorted(set(inputs) - known)
+            unknown = sorted(set(reads) - known)
             if unknown:
                 raise ValueError(f"{owner} reads unknown features {unknown}")
         if self.task == "classification":
@@ -178,6 +221,11 @@ class Manifest(_Strict):
     @property
     def expert_names(self) -> list[str]:
         return [e.name for e in self.experts]
+
+    @property
+    def input_names(self) -> dict[str, str]:
+        """User feature name to graph input name."""
+        return {f.name: f.input for f in self.features}
 
     def feature(self, name: str) -> FeatureSpec:
         for f in self.features:

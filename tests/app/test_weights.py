@@ -46,7 +46,7 @@ def test_gate_weights_with_categories(
     trained = bundles.credit
     frame = trained.X.iloc[[2]].assign(purpose=[None])
     params = {k: ("" if v is None else str(v)) for k, v in frame.iloc[0].to_dict().items()}
-    params["purpose"] = ""  # an empty value is a missing one
+    params["purpose"] = "NA"  # a missing value, as the bundle's input rule says
     settings = make_settings(bundles.store, tmp_path_factory.mktemp("audit"), "credit")
     with AsgiHarness(settings) as app:
         r = app.get("/weights", params=params)
@@ -165,7 +165,7 @@ def test_expert_and_time_filters(demo: Client, bundles: Bundles) -> None:
         ({"request_id": "never-seen"}, 404, "request_id", "no audit record"),
         ({"x1": "0.5"}, 422, "x2", "missing feature"),
         ({"x1": "abc", "x2": "1"}, 422, "x1", 'expected a number or null, got "abc"'),
-        ({"x1": "nan", "x2": "1"}, 422, "x1", "nan is not allowed"),
+        ({"x1": "inf", "x2": "1"}, 422, "x1", "inf is not allowed"),
         ({"x1": "1", "x2": "1", "x3": "2"}, 422, "x3", "unknown feature"),
         ({"x1": "1", "x2": "1", "limit": "2"}, 422, "limit", "unknown feature"),
     ],

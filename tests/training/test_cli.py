@@ -43,7 +43,7 @@ def test_train_the_simulation_demo(tmp_path) -> None:
     bundle = open_bundle(resolve_version(tmp_path / "store", "demo"))
     m = bundle.manifest
     assert m.metrics["iabma"]["accuracy"] > m.metrics["uniform"]["accuracy"]
-    assert len(m.experts) == 5 and m.gate.inputs == ["x1", "x2"]
+    assert len(m.experts) == 5 and m.gate.inputs == ["f_x1", "f_x2"]
 
 
 def test_train_any_csv_regression(tmp_path) -> None:
@@ -104,7 +104,7 @@ def test_bad_arguments_exit_2_with_one_clear_line(tmp_path) -> None:
         cwd=Path.cwd(),
     )
     assert res.returncode == 2
-    assert "target='label' is not a column of d.csv" in res.stderr
+    assert "d.csv: --target 'label' is not a column; the columns are ['a', 'y']" in res.stderr
     assert "Traceback" not in res.stderr
     res = iabma(
         "train", "--dataset", "mnist", "--name", "x", "--store", str(tmp_path), cwd=Path.cwd()

@@ -9,7 +9,8 @@ import pandas as pd
 import pytest
 
 from training.datasets import SHARED, load_csv, load_shared, simulate
-from training.errors import ParameterError
+from training.errors import CsvError, DataWarning, ParameterError
+from training.features import FeatureSchema
 
 SHA256 = {
     "spambase": "f61035a509a20e4c94a63d2db2c86fe660ed443dbc16aadf76e7d8abb37725c0",
@@ -65,39 +66,52 @@ def frame(n: int = 80) -> pd.DataFrame:
     )
 
 
-def test_unusable_csvs_get_errors_that_name_the_problem(csv) -> None:
+def test_unusable_csvs_get_errors_that_name_the_file_and_column(csv) -> None:
     good = frame()
-    with pytest.raises(ParameterError, match=r"target='price' is not a column of t.csv; columns"):
+    with pytest.raises(CsvError, match=r"t.csv: --target 'price' is not a column; the columns"):
         load_csv(csv(good), "price", "regression")
-    with pytest.raises(ParameterError, match="target='t' is constant"):
+    with pytest.raises(CsvError, match="column 't': is constant"):
         load_csv(csv(good.assign(t=1.5)), "t", "regression")
-    with pytest.raises(ParameterError, match="target='c' has a single class"):
+    with pytest.raises(CsvError, match="column 'c': has a single class"):
         load_csv(csv(good.assign(c=1)), "c", "classification")
-    with pytest.raises(ParameterError, match="has 40 usable rows; at least 50"):
+    with pytest.raises(CsvError, match="has 40 usable rows; at least 50"):
         load_csv(csv(frame(40)), "t", "regression")
-    with pytest.raises(ParameterError, match="task='regression' does not match target 'b'"):
+    with pytest.raises(CsvError, match="column 'b': a regression target must be numeric"):
         load_csv(csv(good), "b", "regression")
-    with pytest.raises(ParameterError, match="task='classification' does not match target 't'"):
+    with pytest.raises(CsvError, match="column 't': has non-integer numbers"):
         load_csv(csv(good), "t", "classification")
     with pytest.raises(ParameterError, match="task='ranking'"):
         load_csv(csv(good), "t", "ranking")
-    with pytest.raises(ParameterError, match=r"drop=\['zz'\]"):
+    with pytest.raises(CsvError, match=r"--drop names columns the file does not have: \['zz'\]"):
         load_csv(csv(good), "t", "regression", drop=["zz"])
-    gaps = good.copy()
-    gaps.loc[[3, 9], "t"] = np.nan
-    with pytest.raises(ParameterError, match="has 2 missing values .first at data row 4"):
-        load_csv(csv(gaps), "t", "regression")
-    with pytest.raises(ParameterError, match="does not exist"):
+    with pytest.raises(CsvError, match="does not exist"):
         load_csv("/nonexistent.csv", "t", "regression")
 
 
-def test_unknown_tokens_become_missing(csv) -> None:
+def test_rows_without_a_target_are_dropped_with_a_warning(csv) -> None:
+    gaps = frame()
+    gaps.loc[[3, 9], "t"] = np.nan
+    with pytest.warns(DataWarning, match="column 't': dropped 2 of 80 rows whose target"):
+        data = load_csv(csv(gaps), "t", "regression")
+    assert len(data.y) == 78 and list(data.source_rows[2:4]) == [3, 5]
+
+
+def test_the_default_missing_values_are_pandas_and_the_user_adds_more(csv) -> None:
     df = frame()
     df["b"] = df["b"].astype(object)
     df.loc[0, "b"] = " ? "
     df.loc[1, "b"] = "NA"
+    df.loc[2, "b"] = "unknown"
+    data = load_csv(csv(df), "t", "regression")
+    # pandas' list has "NA" but neither "?" nor "unknown": those are categories.
+    assert data.X["b"].isna().sum() == 1
+    assert {"?", "unknown"} <= set(data.X["b"].cat.categories)
+    data = load_csv(csv(df), "t", "regression", na_values=["?", "unknown"])
+    assert data.X["b"].isna().sum() == 3 and set(data.X["b"].cat.categories) == {"x", "y"}
     df["a"] = df["a"].astype(object)
     df.loc[2, "a"] = "?"
-    data = load_csv(csv(df), "t", "regression")
-    assert data.X["b"].isna().sum() == 2
+    with pytest.warns(DataWarning, match="'a' is numeric except for 1 cells holding '\\?'"):
+        data = load_csv(csv(df), "t", "regression")
+    assert FeatureSchema.infer(data.X).features[0].dtype == "string"
+    data = load_csv(csv(df), "t", "regression", na_values=["?"])
     assert pd.api.types.is_numeric_dtype(data.X["a"]) and data.X["a"].isna().sum() == 1

@@ -72,8 +72,9 @@ def _encoder(
     cols: list[str], schema: FeatureSchema, *, scale: str | None, min_frequency: int
 ) -> ColumnTransformer:
     """Numbers: median-impute (+ scale); categories: one-hot with rare levels pooled."""
-    num = [c for c in cols if c in schema.numeric]
-    cat = [c for c in cols if c in schema.categorical]
+    # ``cols`` are graph names; a preprocess="none" pipeline selects the user's names.
+    num = [schema.name_of(c) for c in cols if c in schema.numeric]
+    cat = [schema.name_of(c) for c in cols if c in schema.categorical]
     parts = []
     if num:
         steps: list = [("impute", SimpleImputer(strategy="median"))]
@@ -104,7 +105,8 @@ def _expert(
             ("model", model),
         ]
     )
-    return Expert(name, pipe, features=tuple(cols), preprocess="none")
+    # ``cols`` are graph names (the frame's columns); an Expert names the user's columns.
+    return Expert(name, pipe, features=tuple(schema.name_of(c) for c in cols), preprocess="none")
 
 
 def paper_experts(

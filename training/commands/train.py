@@ -8,6 +8,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from app.bundle.normalise import PANDAS_NA_VALUES
+
 
 def add_parser(sub: Any) -> None:
     p = sub.add_parser("train", help="train experts and the IA-BMA gate, write a bundle")
@@ -17,6 +19,15 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--target", help="target column (with --csv)")
     p.add_argument("--task", choices=["classification", "regression"], help="with --csv")
     p.add_argument("--drop", nargs="*", default=[], metavar="COL", help="columns to ignore")
+    add_rule_arguments(p)
+    p.add_argument(
+        "--max-categories",
+        type=int,
+        default=1000,
+        help="keep at most this many levels of a categorical column; the rest share one "
+        "'__other__' level (default 1000)",
+    )
+    p.add_argument("--cv", type=int, default=5, help="folds for the experts' cross-fitting")
     p.add_argument("--data-dir", type=Path, default=None, help="where the shared CSVs are")
     p.add_argument("--store", type=Path, default=Path("models_store"))
     p.add_argument("--name", required=True, help="bundle name")
@@ -26,6 +37,11 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--test-size", type=float, default=0.2)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--quiet", action="store_true", help="no progress bars")
+    p.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="read and check the data, show how each column will be read, and stop",
+    )
     p.set_defaults(run=run)
 
 
@@ -40,25 +56,111 @@ def _kl_weight(text: str) -> float | str:
         raise ParameterError("--kl-weight", text, "must be a number or 'auto'") from None
 
 
+def add_rule_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--na-values",
+        nargs="+",
+        default=None,
+        metavar="TEXT",
+        help="text that means a missing value, besides pandas' read_csv defaults ('', 'NA', "
+        "'NaN', 'null', 'N/A', 'None', ...); e.g. --na-values '?' unknown",
+    )
+    p.add_argument(
+        "--no-default-na",
+        action="store_true",
+        help="do not treat pandas' default strings as missing; only --na-values",
+    )
+
+
 def load_split(args: argparse.Namespace) -> tuple[Any, Any, list[Any]]:
-    """(train, test, experts) for the chosen data source."""
+    """(train, test, experts) for the chosen data source; checked before any fitting."""
     from training.datasets import load_csv, load_shared, simulate
     from training.errors import ParameterError
     from training.experts.defaults import default_experts, simulation_experts
     from training.splits import holdout_split
 
+    if not 2 <= args.cv <= 20:
+        raise ParameterError("--cv", args.cv, "must be between 2 and 20")
+    if args.max_categories < 2:
+        raise ParameterError("--max-categories", args.max_categories, "must be at least 2")
     if args.dataset == "simulation":
         return simulate(1000, args.seed), simulate(500, args.seed + 10_000), simulation_experts()
     if args.csv is not None:
         if not args.target or not args.task:
             raise ParameterError("--csv", str(args.csv), "needs --target and --task as well")
-        data = load_csv(args.csv, args.target, args.task, args.drop)
+        data = load_csv(
+            args.csv,
+            args.target,
+            args.task,
+            args.drop,
+            na_values=args.na_values,
+            keep_default_na=not args.no_default_na,
+        )
     else:
+        if args.na_values or args.no_default_na or args.target or args.task or args.drop:
+            raise ParameterError(
+                "--dataset", args.dataset, "takes none of --target, --task, --drop, --na-values"
+            )
         data = load_shared(args.dataset, args.data_dir)
     if not 0.05 <= args.test_size <= 0.5:
         raise ParameterError("--test-size", args.test_size, "must be between 0.05 and 0.5")
     train, test = holdout_split(data, args.test_size, args.seed)
+    if data.task == "classification":
+        check_class_sizes(
+            args.csv or args.dataset, str(data.y.name or "target"), data, train, args.cv
+        )
     return train, test, default_experts(data.task, args.seed)
+
+
+def check_class_sizes(source: Any, target: str, data: Any, train: Any, cv: int) -> None:
+    """Every class needs ``cv`` training rows for stratified cross-fitting."""
+    from training.errors import CsvError
+
+    counts = train.y.value_counts()
+    small = counts[counts < cv]
+    if len(small):
+        label = small.index[0]
+        total = int((data.y == label).sum())
+        raise CsvError(
+            source,
+            f"class {label!r} has {total} rows ({int(small.iloc[0])} in the training split); "
+            f"{cv}-fold cross-fitting needs at least {cv} there. Merge or drop the class, or "
+            "lower --cv",
+            column=target,
+        )
+
+
+def describe(train: Any, test: Any, max_categories: int) -> str:
+    """What training would see: rows, the target, and how every column is read."""
+    from training.features import FeatureSchema
+
+    schema = FeatureSchema.infer(train.X, rule=train.rule, max_categories=max_categories)
+    y = train.y
+    target = (
+        f"{y.nunique()} classes: {', '.join(map(str, sorted(y.unique(), key=str)[:10]))}"
+        if train.task == "classification"
+        else f"numeric, {y.min():g} to {y.max():g}"
+    )
+    rule = train.rule
+    extra = sorted(set(rule.na_values) - set(PANDAS_NA_VALUES))
+    lines = [
+        f"{train.task}: {len(train.y)} training rows, {len(test.y)} test rows",
+        f"target {y.name!r}: {target}",
+        "missing values: pandas' read_csv strings"
+        + (f" plus {extra}" if extra else "")
+        + (f"; decimal mark {rule.decimal!r}" if rule.decimal != "." else ""),
+        "",
+        f"{'column':<28} {'graph input':<28} {'type':<12} {'missing':>8}  levels",
+    ]
+    for f in schema.features:
+        col = train.X[f.name]
+        n_missing = int(col.isna().sum())
+        levels = "" if f.categories is None else str(len(f.categories))
+        if f.other:
+            levels += " (capped; the rest in '__other__')"
+        kind = "numeric" if f.dtype == "float" else "categorical"
+        lines.append(f"{f.name[:28]:<28} {f.input[:28]:<28} {kind:<12} {n_missing:>8}  {levels}")
+    return "\n".join(lines)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -68,15 +170,24 @@ def run(args: argparse.Namespace) -> int:
     from training.gate.iabma_gate import IABMAGate
 
     train, test, experts = load_split(args)
+    if args.dry_run:
+        print(describe(train, test, args.max_categories))
+        return 0
     cls = IABMAClassifier if train.task == "classification" else IABMARegressor
     combiner: Any = args.combiner
     if args.combiner == "iabma":
         combiner = IABMAGate(
             kl_weight=_kl_weight(args.kl_weight), random_state=args.seed, verbose=not args.quiet
         )
+    rule = train.rule
     est = cls(
         experts,
         combiner=combiner,
+        na_values=sorted(rule.na_values),
+        keep_default_na=False,
+        decimal=rule.decimal,
+        max_categories=args.max_categories,
+        cv=args.cv,
         likelihood_source=args.likelihood_source,
         random_state=args.seed,
         verbose=not args.quiet,
@@ -116,6 +227,9 @@ def run(args: argparse.Namespace) -> int:
             "source": str(args.csv or args.dataset),
             "fit_seconds": round(fit_s, 2),
             "n_test_rows": len(test.y),
+            # `iabma check` re-derives the test rows of the same file from these.
+            "split": {"test_size": args.test_size, "seed": args.seed},
+            "drop": list(args.drop),
         },
     )
     print(f"\nwrote {path} and pointed {path.parent / 'LATEST'} at it")

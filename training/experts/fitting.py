@@ -13,7 +13,7 @@ out-of-sample and are used as they are.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 import pandas as pd
@@ -103,27 +103,25 @@ class ExpertSet:
         for expert in self.experts:
             sub = expert_schema(expert, schema)
             if expert.kind == "onnx":
-                model = OnnxExpertModel(expert, self.task, self.n_classes)
-                unknown = [c for c in model.inputs if c not in schema.names]
-                if unknown:
-                    raise ParameterError(
-                        "model", str(expert.model), f"reads columns {unknown} not in X"
-                    )
-                self.schemas_.append(schema.subset(model.inputs))
+                model = OnnxExpertModel(expert, self.task, self.n_classes, schema)
+                self.schemas_.append(model.schema)
                 self.models_.append(model)
                 preds.append(model.predict_raw(frame.iloc[rows]))
                 bar.update(fits_each)
                 continue
             est = build_estimator(expert, sub)
+            user_columns = expert.preprocess == "none"
             out = np.zeros((n, self.n_classes)) if self.task == "classification" else np.zeros(n)
             for tr, va in splits:
-                fold_model = self._fit_one(clone(est), frame.iloc[tr], y[tr], sub, expert.name)
+                fold_model = self._fit_one(
+                    clone(est), frame.iloc[tr], y[tr], sub, expert.name, user_columns
+                )
                 out[va] = fold_model.predict_raw(frame.iloc[va])
                 bar.update(1)
             if self.likelihood_source == "holdout":
                 final = fold_model
             else:
-                final = self._fit_one(clone(est), frame, y, sub, expert.name)
+                final = self._fit_one(clone(est), frame, y, sub, expert.name, user_columns)
                 bar.update(1)
                 if self.likelihood_source == "in_sample":
                     out = final.predict_raw(frame)
@@ -136,15 +134,22 @@ class ExpertSet:
         return self
 
     def _fit_one(
-        self, est: object, X: pd.DataFrame, y: np.ndarray, sub: FeatureSchema, name: str
+        self,
+        est: Any,
+        X: pd.DataFrame,
+        y: np.ndarray,
+        sub: FeatureSchema,
+        name: str,
+        user_columns: bool,
     ) -> SklearnExpertModel:
+        model = SklearnExpertModel(est, sub, self.task, self.n_classes, user_columns)
         try:
-            est.fit(X[sub.names], y)  # type: ignore[attr-defined]
+            est.fit(model.inputs_of(X), y)
         except Exception as exc:  # an expert's own failure: say which expert it was
             raise ParameterError(
                 "experts", name, f"failed to fit: {type(exc).__name__}: {exc}"
             ) from exc
-        return SklearnExpertModel(est, sub, self.task, self.n_classes)
+        return model
 
     def predict_raw(self, frame: pd.DataFrame) -> np.ndarray:
         """``(n, m, C)`` or ``(n, m)`` predictions of the final experts on ``frame``."""

@@ -57,16 +57,36 @@ def build_estimator(expert: Expert, schema: FeatureSchema) -> Any:
 
 
 class SklearnExpertModel:
-    """A fitted sklearn/XGBoost estimator behind the common ``predict_raw``."""
+    """A fitted sklearn/XGBoost estimator behind the common ``predict_raw``.
 
-    def __init__(self, estimator: Any, schema: FeatureSchema, task: str, n_classes: int) -> None:
+    Frames arrive keyed by graph name. An estimator we wrapped in our own encoder sees
+    those names; one the user built to encode for itself (``preprocess="none"``) selects
+    columns by the user's names, so it gets the user's names.
+    """
+
+    def __init__(
+        self,
+        estimator: Any,
+        schema: FeatureSchema,
+        task: str,
+        n_classes: int,
+        user_columns: bool = False,
+    ) -> None:
         self.estimator = estimator
         self.schema = schema
         self.task = task
         self.n_classes = n_classes
+        self.user_columns = user_columns
+
+    def inputs_of(self, frame: pd.DataFrame) -> pd.DataFrame:
+        """The columns this estimator reads, under the names it was fitted with."""
+        X = frame[self.schema.inputs]
+        if self.user_columns:
+            X = X.set_axis(self.schema.names, axis=1)
+        return X
 
     def predict_raw(self, frame: pd.DataFrame) -> np.ndarray:
-        X = frame[self.schema.names]
+        X = self.inputs_of(frame)
         if self.task == "regression":
             return np.asarray(self.estimator.predict(X), dtype=np.float64).reshape(-1)
         proba = np.asarray(self.estimator.predict_proba(X), dtype=np.float64)
@@ -77,21 +97,24 @@ class SklearnExpertModel:
 
 
 def onnx_feed(session: ort.InferenceSession, frame: pd.DataFrame) -> dict[str, np.ndarray]:
-    """The columns ``session`` declares as inputs, built from a normalised frame."""
-    cols = {}
-    for inp in session.get_inputs():
-        values = frame[inp.name].tolist()
-        if inp.type == "tensor(string)":
-            cols[inp.name] = string_column(values, MISSING_TOKEN)
-        else:
-            cols[inp.name] = numeric_column(values)
-    return cols
+    """The columns ``session`` declares as inputs (graph names), built from a normalised frame."""
+    return {inp.name: _column(inp.type, frame[inp.name]) for inp in session.get_inputs()}
+
+
+def _column(onnx_type: str, values: pd.Series) -> np.ndarray:
+    if onnx_type == "tensor(string)":
+        return string_column(values.tolist(), MISSING_TOKEN)
+    return numeric_column(values.tolist())
 
 
 class OnnxExpertModel:
-    """An existing ONNX file, run with onnxruntime; it is never refitted."""
+    """An existing ONNX file, run with onnxruntime; it is never refitted.
 
-    def __init__(self, expert: Expert, task: str, n_classes: int) -> None:
+    Its inputs are matched to the features by the user's column name (or by graph name),
+    one input per column; the bundle stores a copy whose inputs carry the graph names.
+    """
+
+    def __init__(self, expert: Expert, task: str, n_classes: int, schema: FeatureSchema) -> None:
         self.path = Path(expert.model)
         self.task = task
         self.n_classes = n_classes
@@ -99,7 +122,19 @@ class OnnxExpertModel:
             self.session = ort.InferenceSession(str(self.path), providers=["CPUExecutionProvider"])
         except Exception as exc:  # onnxruntime's errors are untyped
             raise ParameterError("model", str(self.path), f"cannot be loaded: {exc}") from None
-        self.inputs = [i.name for i in self.session.get_inputs()]
+        by_name = dict(zip(schema.names, schema.inputs, strict=True))
+        graph_names = set(schema.inputs)
+        self.renames: dict[str, str] = {}
+        unknown = []
+        for inp in self.session.get_inputs():
+            graph = by_name.get(inp.name) or (inp.name if inp.name in graph_names else None)
+            if graph is None:
+                unknown.append(inp.name)
+            else:
+                self.renames[inp.name] = graph
+        if unknown:
+            raise ParameterError("model", str(self.path), f"reads columns {unknown} not in X")
+        self.schema = schema.subset([schema.name_of(g) for g in self.renames.values()])
         outputs = [o.name for o in self.session.get_outputs()]
         if expert.output is not None:
             if expert.output not in outputs:
@@ -109,8 +144,17 @@ class OnnxExpertModel:
             # skl2onnx classifiers put (label, probabilities); regressors a single output.
             self.output = outputs[-1] if task == "classification" else outputs[0]
 
+    @property
+    def inputs(self) -> list[str]:
+        """Graph names of the features the file reads."""
+        return list(self.renames.values())
+
     def predict_raw(self, frame: pd.DataFrame) -> np.ndarray:
-        (out,) = self.session.run([self.output], onnx_feed(self.session, frame))
+        feed = {
+            inp.name: _column(inp.type, frame[self.renames[inp.name]])
+            for inp in self.session.get_inputs()
+        }
+        (out,) = self.session.run([self.output], feed)
         out = np.asarray(out, dtype=np.float64)
         if self.task == "regression":
             return out.reshape(-1)

@@ -7,7 +7,6 @@ estimator before it is accepted: converters can be silently wrong (skl2onnx's kN
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +17,6 @@ import pandas as pd
 
 from training.errors import ExportError
 from training.experts.models import OnnxExpertModel, SklearnExpertModel, onnx_feed
-from training.features import FeatureSchema
 
 TARGET_OPSET = {"": 17, "ai.onnx.ml": 3}
 PARITY_TOL = 1e-4
@@ -63,12 +61,14 @@ def register_converters() -> None:
     _registered = True
 
 
-def _initial_types(schema: FeatureSchema) -> list[tuple[str, Any]]:
+def _initial_types(model: SklearnExpertModel) -> list[tuple[str, Any]]:
+    """One (n, 1) input per feature, under the names the estimator was fitted with."""
     from skl2onnx.common.data_types import FloatTensorType, StringTensorType
 
+    names = model.schema.names if model.user_columns else model.schema.inputs
     return [
-        (f.name, FloatTensorType([None, 1]) if f.dtype == "float" else StringTensorType([None, 1]))
-        for f in schema.features
+        (name, FloatTensorType([None, 1]) if f.dtype == "float" else StringTensorType([None, 1]))
+        for name, f in zip(names, model.schema.features, strict=True)
     ]
 
 
@@ -95,12 +95,21 @@ def sklearn_to_onnx(model: SklearnExpertModel, name: str) -> tuple[onnx.ModelPro
         onx = convert_sklearn(
             model.estimator,
             name=name,
-            initial_types=_initial_types(model.schema),
+            initial_types=_initial_types(model),
             options=_options(model.estimator),
             target_opset=TARGET_OPSET,
         )
     except Exception as exc:  # skl2onnx raises many unrelated types
         raise ExportError(f"expert {name!r} cannot be converted to ONNX: {exc}") from exc
+    declared = [i.name for i in onx.graph.input]
+    if len(declared) != len(model.schema.inputs):
+        raise ExportError(
+            f"expert {name!r}: its ONNX graph takes {len(declared)} inputs, expected "
+            f"{len(model.schema.inputs)}"
+        )
+    # skl2onnx keeps the order of initial_types but may rewrite names it dislikes; the
+    # bundle's graphs all take the graph input names.
+    onx = rename_inputs(onx, dict(zip(declared, model.schema.inputs, strict=True)))
     outputs = [o.name for o in onx.graph.output]
     output = outputs[-1] if model.task == "classification" else outputs[0]
     return onx, output
@@ -128,14 +137,39 @@ def check_parity(
     return diff
 
 
+def rename_inputs(model: onnx.ModelProto, renames: dict[str, str]) -> onnx.ModelProto:
+    """A copy of ``model`` whose graph inputs (and every use of them) carry new names."""
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+
+    def rename(graph: onnx.GraphProto) -> None:
+        for node in graph.node:
+            for i, name in enumerate(node.input):
+                if name in renames:
+                    node.input[i] = renames[name]
+            for attr in node.attribute:  # subgraphs (If, Loop, Scan) may read outer names
+                if attr.type == onnx.AttributeProto.GRAPH:
+                    rename(attr.g)
+                for sub in attr.graphs:
+                    rename(sub)
+
+    for inp in out.graph.input:
+        if inp.name in renames:
+            inp.name = renames[inp.name]
+    rename(out.graph)
+    return out
+
+
 def write_expert(
     model: SklearnExpertModel | OnnxExpertModel, name: str, path: Path, sample: pd.DataFrame
 ) -> tuple[str, list[str], float]:
-    """Write ``model`` as ONNX at ``path``; return (output name, input names, parity)."""
+    """Write ``model`` as ONNX at ``path``; return (output name, graph input names, parity)."""
     if isinstance(model, OnnxExpertModel):
-        shutil.copyfile(model.path, path)
-        return model.output, list(model.inputs), 0.0
+        onx = rename_inputs(onnx.load(str(model.path)), model.renames)
+        path.write_bytes(onx.SerializeToString())
+        diff = check_parity(path, model.output, model, sample, name)
+        return model.output, model.inputs, diff
     onx, output = sklearn_to_onnx(model, name)
     path.write_bytes(onx.SerializeToString())
     diff = check_parity(path, output, model, sample, name)
-    return output, model.schema.names, diff
+    return output, model.schema.inputs, diff

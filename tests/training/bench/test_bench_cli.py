@@ -70,7 +70,7 @@ def _rows(n: int) -> pd.DataFrame:
         (_rows(80).assign(y=3.5), "y", "regression", ["'y'", "is constant"]),
         (_rows(80).assign(y="yes"), "y", "classification", ["'y'", "has a single class"]),
         (_rows(30).assign(y=[0, 1] * 15), "y", "classification", ["30 usable rows", "50"]),
-        (_rows(80).assign(y=["u", "v"] * 40), "y", "regression", ["not numeric"]),
+        (_rows(80).assign(y=["u", "v"] * 40), "y", "regression", ["'y'", "must be numeric"]),
     ],
     ids=["unknown-target", "constant-target", "single-class", "too-few-rows", "task-mismatch"],
 )

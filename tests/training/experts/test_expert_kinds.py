@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import onnx
 import pandas as pd
 import pytest
 from skl2onnx import to_onnx
@@ -20,6 +21,7 @@ from training.errors import ExportError, ParameterError
 from training.estimator import IABMAClassifier, IABMARegressor
 from training.experts.spec import Expert
 from training.export.bundle import export_bundle
+from training.export.experts import rename_inputs
 
 
 def mixed_frame(n: int = 500, seed: int = 0) -> tuple[pd.DataFrame, np.ndarray, np.ndarray]:
@@ -81,8 +83,8 @@ def test_feature_bundles_limit_what_an_expert_reads(tmp_path) -> None:
     ).fit(X, y_cls)
     path = export_bundle(est, tmp_path, "m", X)
     m = read_manifest(path)
-    assert m.experts[0].inputs == ["age"] and m.experts[1].inputs == ["city", "income"]
-    assert m.gate.inputs == ["age", "income", "city"]
+    assert m.experts[0].inputs == ["f_age"] and m.experts[1].inputs == ["f_city", "f_income"]
+    assert m.gate.inputs == ["f_age", "f_income", "f_city"]
     assert_parity(est, tmp_path / "again", X)
 
 
@@ -118,7 +120,10 @@ def test_an_onnx_file_expert_is_used_as_is(tmp_path) -> None:
     want = (outside.predict(X.head(5)) - est.y_mean_) / est.y_scale_
     assert np.abs(mean_std - want).max() < 1e-4
     path = export_bundle(est, tmp_path / "s", "m", X)
-    assert (path / "experts" / "outside.onnx").read_bytes() == file.read_bytes()
+    # Used as is: the stored graph is the file's, with its inputs named as in the bundle.
+    stored = onnx.load(str(path / "experts" / "outside.onnx"))
+    back = rename_inputs(stored, {"f_age": "age", "f_income": "income", "f_city": "city"})
+    assert back.SerializeToString() == file.read_bytes()
     assert read_manifest(path).experts[0].output_units == "original"
     assert_parity(est, tmp_path / "s2", X)
 

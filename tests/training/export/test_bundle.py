@@ -107,7 +107,9 @@ def test_a_swapped_gate_is_refused(credit_bundle, california_bundle, copy_of) ->
 @pytest.mark.parametrize(
     ("edit", "message"),
     [
-        (lambda m: m.update(schema_version=2), "schema_version"),
+        (lambda m: m.update(schema_version=1), "schema_version 1;.*Re-export the bundle"),
+        (lambda m: m.update(schema_version=99), "schema_version 99;.*Upgrade the server"),
+        (lambda m: m.update(schema_version="2"), "schema_version"),
         (lambda m: m.update(surprise=True), "surprise: Extra inputs are not permitted"),
         (lambda m: m.pop("experts"), "experts: Field required"),
         (lambda m: m["experts"].pop(), "the prior baseline needs one value per expert"),

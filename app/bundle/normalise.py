@@ -1,0 +1,202 @@
+"""The one rule that turns raw cell values into feature values, for training and serving alike.
+
+A CSV cell read by ``iabma train`` and the same value sent as JSON to ``POST /predict`` go
+through these functions, with the settings recorded in the bundle's manifest
+(:class:`~app.bundle.manifest.InputRule`), so a row of the training file always means the
+same thing to the served bundle:
+
+- text is stripped of surrounding whitespace (``strip_whitespace``);
+- text listed in ``na_values`` is a missing value; the default list is pandas'
+  ``read_csv`` one (``""``, ``"NA"``, ``"NaN"``, ``"null"``, ``"N/A"``, ...), so
+  ``"unknown"``, ``"?"`` or ``"none"`` are ordinary categories unless the user lists them;
+  ``na_casefold`` matches the list ignoring case;
+- a numeric feature reads numbers written as text (``"3.5"``, ``" 1e3 "``) when
+  ``numbers_as_text`` is on, with Python's ``float`` on ASCII digits only (``decimal``
+  ``","`` reads ``"3,5"`` for files written with decimal commas);
+- a categorical feature takes its known categories as text; a number matches the category
+  with the same text (``3`` for ``"3"``), or else the one category with the same value
+  (``1.5`` for ``"1.50"``); columns capped at training time send every other value to the
+  ``__other__`` bucket.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+# pandas.read_csv's default missing-value strings (pandas._libs.parsers.STR_NA_VALUES);
+# the serving side has no pandas, and a test keeps this copy equal to pandas' own.
+PANDAS_NA_VALUES: tuple[str, ...] = (
+    "", "#N/A", "#N/A N/A", "#NA", "-1.#IND", "-1.#QNAN", "-NaN", "-nan", "1.#IND",
+    "1.#QNAN", "<NA>", "N/A", "NA", "NULL", "NaN", "None", "n/a", "nan", "null",
+)  # fmt: skip
+OTHER_CATEGORY = "__other__"
+_NUMBER = re.compile(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?", re.ASCII)
+
+Problem = tuple[str, str]  # (error code, message), before the field is known
+Decimal = Literal[".", ","]
+
+
+def json_repr(value: object) -> str:
+    """A value as a client would recognise it in an error message."""
+    if isinstance(value, str):
+        return f'"{value[:40]}"' + ("..." if len(value) > 40 else "")
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    if value is None:
+        return "null"
+    return {dict: "an object", list: "an array"}.get(type(value), type(value).__name__)
+
+
+@dataclass(frozen=True)
+class Normaliser:
+    """Reads text cells: whitespace, missing-value strings, numbers written as text."""
+
+    na_values: frozenset[str] = frozenset(PANDAS_NA_VALUES)
+    strip_whitespace: bool = True
+    na_casefold: bool = False
+    numbers_as_text: bool = True
+    decimal: Decimal = "."  # "," for files written with decimal commas ("3,5")
+    _folded: frozenset[str] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_folded", frozenset(v.casefold() for v in self.na_values))
+
+    def text(self, value: str) -> str | None:
+        """Normalised text, or None when it spells a missing value."""
+        t = value.strip() if self.strip_whitespace else value
+        if t in self.na_values or (self.na_casefold and t.casefold() in self._folded):
+            return None
+        return t
+
+    def number_text(self, text: str) -> float | None:
+        """The number ``text`` spells (already normalised), or None if it spells none."""
+        if not self.numbers_as_text:
+            return None
+        if self.decimal == ",":
+            if "." in text:  # thousands separators are not read: "1.234,5" stays text
+                return None
+            text = text.replace(",", ".", 1)
+        return float(text) if _NUMBER.fullmatch(text) else None
+
+    def is_missing(self, value: object) -> bool:
+        if value is None:
+            return True
+        if isinstance(value, float):
+            return math.isnan(value)
+        return isinstance(value, str) and self.text(value) is None
+
+    def number(self, value: object) -> tuple[float | None, Problem | None]:
+        """A numeric feature's value: a number, numeric text, or missing."""
+        if value is None:
+            return None, None
+        if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+            return None, ("wrong_type", f"expected a number or null, got {json_repr(value)}")
+        if isinstance(value, str):
+            text = self.text(value)
+            if text is None:
+                return None, None
+            number = self.number_text(text)
+            if number is None:
+                return None, ("wrong_type", f"expected a number or null, got {json_repr(value)}")
+            return number, None
+        try:
+            return float(value), None
+        except OverflowError:
+            return math.inf, None
+
+
+@dataclass(frozen=True)
+class CategoryMap:
+    """Raw values of one categorical feature to its categories (or the ``__other__`` bucket)."""
+
+    categories: tuple[str, ...]
+    rule: Normaliser
+    other: bool = False  # values beyond the training-time cap share one bucket
+    _known: frozenset[str] = field(init=False, repr=False, compare=False)
+    _by_value: dict[float, str] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_known", frozenset(self.categories))
+        by_value: dict[float, str | None] = {}
+        for c in self.categories:
+            if _NUMBER.fullmatch(c):
+                # Two categories with one value ("1.5", "1.50") make a number ambiguous.
+                number = float(c)
+                by_value[number] = None if number in by_value else c
+        object.__setattr__(self, "_by_value", {k: v for k, v in by_value.items() if v is not None})
+
+    def shown(self, limit: int = 20) -> str:
+        head = ", ".join(f'"{c}"' for c in self.categories[:limit])
+        more = len(self.categories) - limit
+        return f"[{head}{f', ... {more} more' if more > 0 else ''}]"
+
+    def _unseen(self, value: object) -> tuple[str | None, Problem | None]:
+        if self.other:
+            return OTHER_CATEGORY, None
+        return None, (
+            "unknown_category",
+            f"unknown category {json_repr(value)}; known: {self.shown()} "
+            "(send null for a missing value)",
+        )
+
+    def lookup(self, value: object) -> tuple[str | None, Problem | None]:
+        """The category ``value`` means, None for missing, or the problem with it."""
+        if value is None:
+            return None, None
+        if isinstance(value, str):
+            if value in self._known:
+                return value, None
+            text = self.rule.text(value)
+            if text is None:
+                return None, None
+            return (text, None) if text in self._known else self._unseen(value)
+        if isinstance(value, bool):
+            for spelt in (str(value), str(value).lower(), str(value).upper()):
+                if spelt in self._known:
+                    return spelt, None
+            return self._unseen(value)
+        if isinstance(value, (int, float)):
+            if isinstance(value, float) and math.isnan(value):
+                return None, None
+            text = str(value)
+            if text in self._known:
+                return text, None
+            try:
+                match = self._by_value.get(float(value))
+            except OverflowError:
+                match = None
+            return (match, None) if match is not None else self._unseen(value)
+        return None, ("wrong_type", f"expected a string or null, got {json_repr(value)}")
+
+    def lookup_all(self, values: Iterable[object]) -> tuple[list[str | None], int]:
+        """Training-side: every value of a column, an unseen one as missing; and their count."""
+        out: list[str | None] = []
+        unseen = 0
+        for v in values:
+            cat, problem = self.lookup(v)
+            if problem is not None:
+                unseen += 1
+            out.append(cat)
+        return out, unseen
+
+
+def rule_for(
+    na_values: Sequence[str] | None = None,
+    keep_default_na: bool = True,
+    strip_whitespace: bool = True,
+    na_casefold: bool = False,
+    numbers_as_text: bool = True,
+    decimal: Decimal = ".",
+) -> Normaliser:
+    """The rule for user options, following ``pandas.read_csv``'s ``na_values`` semantics."""
+    if decimal not in (".", ","):
+        raise ValueError(f"decimal must be '.' or ',', got {decimal!r}")
+    na = set(PANDAS_NA_VALUES) if keep_default_na else set()
+    na.update(na_values or ())
+    return Normaliser(frozenset(na), strip_whitespace, na_casefold, numbers_as_text, decimal)

@@ -1,0 +1,231 @@
+"""``iabma check``: replay a CSV through the served path, in process, before promoting a bundle.
+
+Every row is sent as a CSV-to-JSON reader would send it (empty cells null, numbers as
+numbers, the rest as strings) through the same validation and graphs as ``POST /predict``.
+Rows the bundle refuses are listed with the reason. When the file is the one the bundle was
+trained on (its training rows hash to the manifest's data fingerprint), the test rows are
+re-derived and their metrics must equal the ones recorded at training time; on any other
+file the metrics are shown next to the recorded ones. Exit code 1 on any refused row or
+mismatch, 2 for bad arguments.
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+
+def add_parser(sub: Any) -> None:
+    p = sub.add_parser(
+        "check",
+        help="replay a CSV through a bundle's served path and compare with its recorded metrics",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--store", type=Path, default=Path("models_store"))
+    p.add_argument("--name", required=True, help="bundle name")
+    p.add_argument("--version", default=None, help="a version (default: LATEST)")
+    p.add_argument("--csv", type=Path, required=True, help="the CSV to replay")
+    p.add_argument("--target", default=None, help="target column (default: the bundle's)")
+    p.add_argument(
+        "--tolerance",
+        type=float,
+        default=1e-4,
+        help="largest accepted difference from a recorded metric (default 1e-4)",
+    )
+    p.add_argument("--show", type=int, default=20, help="refused rows to list (default 20)")
+    p.set_defaults(run=run)
+
+
+@dataclass(frozen=True)
+class Refusal:
+    row: int  # 1-based data row of the file
+    field: str
+    code: str
+    message: str
+
+
+def run(args: argparse.Namespace) -> int:
+    from app.errors import InvalidInput
+    from app.runtime import LoadedModel
+    from app.settings import load_settings
+    from training.csvfile import json_rows, read_text_frame
+    from training.errors import CsvError, ParameterError
+
+    if args.tolerance < 0:
+        raise ParameterError("--tolerance", args.tolerance, "must be >= 0")
+    settings = load_settings(
+        store=args.store, model_name=args.name, model_version=args.version, audit_enabled=False
+    )
+    from app.bundle.loader import BundleError
+
+    try:
+        model = LoadedModel.open(settings)
+    except BundleError as exc:
+        raise ParameterError("--name", args.name, f"cannot be opened: {exc}") from None
+    manifest = model.manifest
+    text, _ = read_text_frame(args.csv)
+    target = args.target or manifest.target.name
+    features = list(model.features.names)
+    absent = [f for f in features if f not in text.columns]
+    if absent:
+        raise CsvError(args.csv, f"lacks the bundle's feature columns {absent}")
+    rows = json_rows(text[features])
+    print(f"replaying {len(rows)} rows of {args.csv} through {model.name} {model.version}")
+    outcomes, refused = replay(model, rows, settings.max_batch_rows, InvalidInput)
+    failed = bool(refused)
+    print(f"accepted {len(rows) - len(refused)} rows, refused {len(refused)}")
+    if refused:
+        print(_refusal_table(refused, args.show))
+    if target not in text.columns:
+        print(f"no target column {target!r} in the file: predictions only, no metrics")
+        return 1 if failed else 0
+    failed |= _compare_metrics(args, model, text, target, outcomes)
+    return 1 if failed else 0
+
+
+def replay(
+    model: Any, rows: list[dict[str, Any]], batch: int, invalid: type[Exception]
+) -> tuple[dict[int, Any], list[Refusal]]:
+    """Predictions per 0-based row index, and the refused rows with their reasons."""
+    from app.inference import run as run_graphs
+    from app.inputs import instance_field
+
+    table = model.features
+    done: dict[int, Any] = {}
+    refused: list[Refusal] = []
+
+    def one_batch(start: int, chunk: list[dict[str, Any]]) -> None:
+        columns = table.columns(chunk, instance_field)
+        outcome = run_graphs(model, columns, lambda i: f"instances[{i}]")
+        for i in range(len(chunk)):
+            done[start + i] = (outcome, i)
+
+    for start in range(0, len(rows), batch):
+        chunk = rows[start : start + batch]
+        try:
+            one_batch(start, chunk)
+        except invalid:
+            for i, row in enumerate(chunk):  # find every refused row of this batch
+                try:
+                    one_batch(start + i, [row])
+                except invalid as exc:
+                    for f in exc.faults:  # type: ignore[attr-defined]
+                        field = f.field.split(".", 1)[-1] if "." in f.field else f.field
+                        refused.append(Refusal(start + i + 1, field, f.code, f.message))
+    return done, refused
+
+
+def _refusal_table(refused: list[Refusal], show: int) -> str:
+    lines = [f"{'row':>7}  {'field':<24} {'code':<18} message", "-" * 78]
+    for r in refused[:show]:
+        lines.append(f"{r.row:>7}  {r.field[:24]:<24} {r.code:<18} {r.message[:100]}")
+    if len(refused) > show:
+        lines.append(f"... and {len(refused) - show} more (--show N lists more)")
+    return "\n".join(lines)
+
+
+def _compare_metrics(
+    args: argparse.Namespace, model: Any, text: Any, target: str, outcomes: dict[int, Any]
+) -> bool:
+    """Print the served metrics beside the recorded ones; True on a mismatch."""
+    manifest = model.manifest
+    rows, same_file = _test_rows(args, manifest, target)
+    scope = "the training run's test rows" if same_file else "every row with a target"
+    if rows is None:
+        rows = np.arange(len(text))
+    rows = np.asarray([r for r in rows if r in outcomes])
+    served = _served_metrics(model, rows, text[target].tolist(), outcomes)
+    recorded = manifest.metrics.get(manifest.gate.combiner, {})
+    print(f"\nmetrics on {len(rows)} rows ({scope}); recorded at training on its test rows")
+    print(f"{'metric':<12}{'served':>12}{'recorded':>12}{'diff':>12}")
+    mismatch = False
+    for name, value in served.items():
+        rec = recorded.get(name)
+        diff = None if rec is None else value - rec
+        bad = same_file and diff is not None and abs(diff) > args.tolerance
+        mismatch |= bad
+        rec_text = "-" if rec is None else f"{rec:12.6f}"
+        diff_text = "-" if diff is None else f"{diff:+12.2e}"
+        print(f"{name:<12}{value:12.6f}{rec_text:>12}{diff_text:>12}{'  MISMATCH' if bad else ''}")
+    if same_file and not mismatch:
+        print(f"every metric is within {args.tolerance:g} of the recorded one")
+    return mismatch
+
+
+def _test_rows(
+    args: argparse.Namespace, manifest: Any, target: str
+) -> tuple[np.ndarray | None, bool]:
+    """The 0-based file rows of the training run's test split, if this is its file."""
+    from training.datasets import load_csv
+    from training.errors import IABMAError
+    from training.estimator import fingerprint
+    from training.splits import holdout_split
+
+    split = manifest.training.get("split")
+    if not isinstance(split, dict):
+        return None, False
+    rule = manifest.input_rule
+    try:
+        data = load_csv(
+            args.csv,
+            target,
+            manifest.task,
+            manifest.training.get("drop", []),
+            na_values=rule.na_values,
+            keep_default_na=False,
+        )
+        train, test = holdout_split(data, float(split["test_size"]), int(split["seed"]))
+    except IABMAError:
+        return None, False
+    if fingerprint(train.X, train.y.to_numpy()) != manifest.data_fingerprint:
+        return None, False
+    assert test.source_rows is not None
+    return test.source_rows - 1, True
+
+
+def _served_metrics(
+    model: Any, rows: np.ndarray, targets: list[Any], outcomes: dict[int, Any]
+) -> dict[str, float]:
+    from app.bundle.mixture import mix_regression
+    from app.bundle.normalise import Normaliser
+    from training.metrics import classification_scores, regression_scores
+
+    manifest = model.manifest
+    rule: Normaliser = manifest.input_rule.normaliser()
+    y_text = [targets[r] for r in rows]
+    if manifest.task == "classification":
+        keys = {str(c): k for k, c in enumerate(manifest.target.classes or [])}
+        pairs = [(r, keys.get(_label(v, rule))) for r, v in zip(rows, y_text, strict=True)]
+        pairs = [(r, k) for r, k in pairs if k is not None]
+        proba = np.stack([outcomes[r][0].proba[outcomes[r][1]] for r, _ in pairs])
+        return classification_scores(proba, np.array([k for _, k in pairs]))
+    t = manifest.target
+    mean, scale = float(t.mean or 0.0), float(t.scale or 1.0)
+    ys = [(r, rule.number(v)[0]) for r, v in zip(rows, y_text, strict=True)]
+    ys = [(r, y) for r, y in ys if y is not None]
+    pick = [outcomes[r] for r, _ in ys]
+    w = np.stack([o.weights[i] for o, i in pick])
+    means = (np.stack([o.expert_means[i] for o, i in pick]) - mean) / scale
+    interval = (np.stack([o.interval[i] for o, i in pick]) - mean) / scale
+    sigmas = np.array([e.sigma for e in manifest.experts], dtype=np.float64)
+    mix = mix_regression(w, means, sigmas, manifest.mixture.temperature)
+    y_std = (np.array([y for _, y in ys]) - mean) / scale
+    return regression_scores(mix, y_std, scale, interval[:, 0], interval[:, 1])
+
+
+def _label(value: Any, rule: Any) -> str | None:
+    """A target cell as the text of a class label ("1" for 1 or 1.0)."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        text = rule.text(value)
+        number = None if text is None else rule.number_text(text)
+        if number is not None and number.is_integer():
+            return str(int(number))
+        return text
+    return str(int(value)) if float(value).is_integer() else str(value)
