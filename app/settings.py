@@ -45,7 +45,12 @@ class Settings(BaseSettings):
     )
 
     max_batch_rows: int = Field(1000, ge=1, le=1_000_000)
-    max_body_bytes: int = Field(1_048_576, ge=1024, le=1_073_741_824)
+    max_body_bytes: int = Field(
+        8_388_608,
+        ge=1024,
+        le=1_073_741_824,
+        description="largest request body; 8 MiB holds 1000 rows of 100 features",
+    )
 
     admin_token: SecretStr | None = Field(None, description="enables POST /admin/reload")
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"

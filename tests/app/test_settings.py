@@ -32,7 +32,7 @@ def test_defaults() -> None:
         "json",
         "INFO",
     )
-    assert (s.max_batch_rows, s.max_body_bytes, s.ort_intra_op_threads) == (1000, 1_048_576, 1)
+    assert (s.max_batch_rows, s.max_body_bytes, s.ort_intra_op_threads) == (1000, 8_388_608, 1)
     assert s.admin_token is None and s.drain_seconds == 0.0
 
 

@@ -137,7 +137,7 @@ def compute_rep(
     n_classes = int(y_tr.max()) + 1 if task == "classification" else 0
     t0 = time.perf_counter()
     fitted = ExpertSet(
-        experts, task, n_classes=n_classes, cv=protocol["cv"], random_state=seed
+        experts, task, n_classes=n_classes, cv=protocol["cv"], random_state=seed, to_onnx=False
     ).fit(frame_tr, y_tr, schema)
     seconds = time.perf_counter() - t0
     in_sample = fitted.predict_raw(frame_tr)

@@ -27,6 +27,7 @@ from training.features import FeatureSchema
 from training.splits import folds, inner_split
 
 LikelihoodSource = Literal["oof", "holdout", "in_sample"]
+PARITY_ROWS = 512
 SOURCES = ("oof", "holdout", "in_sample")
 
 ExpertModel = SklearnExpertModel | OnnxExpertModel
@@ -50,7 +51,8 @@ class ExpertSet:
 
     Attributes (after ``fit``)
     --------------------------
-    models_ : list of fitted expert models, in registration order.
+    models_ : list of fitted expert models, in registration order; with ``to_onnx`` (the
+        default) each predicts through its ONNX graph, exactly as the bundle will.
     schemas_ : the raw features each expert reads.
     evidence_rows_ : indices of the training rows the predictions below belong to.
     predictions_ : ``(r, m, C)`` probabilities or ``(r, m)`` means on those rows.
@@ -66,6 +68,7 @@ class ExpertSet:
         holdout_fraction: float = 0.2,
         random_state: int = 0,
         verbose: bool = False,
+        to_onnx: bool = True,
     ) -> None:
         self.experts = list(experts)
         self.task = task
@@ -75,6 +78,7 @@ class ExpertSet:
         self.holdout_fraction = holdout_fraction
         self.random_state = random_state
         self.verbose = verbose
+        self.to_onnx = to_onnx
 
     def fit(self, frame: pd.DataFrame, y: np.ndarray, schema: FeatureSchema) -> ExpertSet:
         if self.likelihood_source not in SOURCES:
@@ -93,6 +97,9 @@ class ExpertSet:
         else:
             splits, rows = [], np.arange(n)
         self.schemas_, self.models_, preds = [], [], []
+        # The rows each final expert's ONNX graph is checked on.
+        rng = np.random.default_rng(self.random_state)
+        check_rows = np.sort(rng.choice(n, size=min(n, PARITY_ROWS), replace=False))
         fits_each = len(splits) + (self.likelihood_source != "holdout")
         bar = tqdm(
             total=len(self.experts) * fits_each,
@@ -125,6 +132,8 @@ class ExpertSet:
                 bar.update(1)
                 if self.likelihood_source == "in_sample":
                     out = final.predict_raw(frame)
+            if self.to_onnx:
+                final.freeze(expert.name, frame.iloc[check_rows])
             self.schemas_.append(sub)
             self.models_.append(final)
             preds.append(out[rows])

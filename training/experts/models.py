@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import onnx
 import onnxruntime as ort
 import pandas as pd
 from sklearn.base import clone
@@ -19,9 +20,8 @@ from sklearn.impute import SimpleImputer
 from sklearn.pipeline import Pipeline
 from sklearn.preprocessing import OneHotEncoder, StandardScaler
 
-from app.bundle.columns import numeric_column, string_column
-from app.bundle.manifest import MISSING_TOKEN
 from training.errors import ParameterError
+from training.experts.onnx import OnnxGraph, check_parity, convert_sklearn_model, rename_inputs
 from training.experts.spec import Expert
 from training.features import FeatureSchema
 
@@ -61,7 +61,8 @@ class SklearnExpertModel:
 
     Frames arrive keyed by graph name. An estimator we wrapped in our own encoder sees
     those names; one the user built to encode for itself (``preprocess="none"``) selects
-    columns by the user's names, so it gets the user's names.
+    columns by the user's names, so it gets the user's names. Once :meth:`freeze` has
+    converted it, predictions come from its ONNX graph, as they will when served.
     """
 
     def __init__(
@@ -77,6 +78,8 @@ class SklearnExpertModel:
         self.task = task
         self.n_classes = n_classes
         self.user_columns = user_columns
+        self.graph: OnnxGraph | None = None
+        self.tied_rows_ = 0
 
     def inputs_of(self, frame: pd.DataFrame) -> pd.DataFrame:
         """The columns this estimator reads, under the names it was fitted with."""
@@ -86,32 +89,53 @@ class SklearnExpertModel:
         return X
 
     def predict_raw(self, frame: pd.DataFrame) -> np.ndarray:
+        if self.graph is not None:
+            return self._shape(self.graph.run(frame))
+        return self.predict_fitted(frame)
+
+    def predict_fitted(self, frame: pd.DataFrame) -> np.ndarray:
+        """The fitted estimator's own predictions (not its graph's)."""
         X = self.inputs_of(frame)
         if self.task == "regression":
             return np.asarray(self.estimator.predict(X), dtype=np.float64).reshape(-1)
-        proba = np.asarray(self.estimator.predict_proba(X), dtype=np.float64)
+        return self._shape(np.asarray(self.estimator.predict_proba(X), dtype=np.float64))
+
+    def _shape(self, out: np.ndarray) -> np.ndarray:
+        """Means as (n,); probabilities widened to every class of the task."""
+        if self.task == "regression":
+            return out.reshape(-1)
         seen = np.asarray(self.estimator.classes_, dtype=np.int64)
-        out = np.zeros((len(X), self.n_classes))
-        out[:, seen] = proba
-        return out
+        wide = np.zeros((out.shape[0], self.n_classes))
+        wide[:, seen] = out
+        return wide
 
-
-def onnx_feed(session: ort.InferenceSession, frame: pd.DataFrame) -> dict[str, np.ndarray]:
-    """The columns ``session`` declares as inputs (graph names), built from a normalised frame."""
-    return {inp.name: _column(inp.type, frame[inp.name]) for inp in session.get_inputs()}
-
-
-def _column(onnx_type: str, values: pd.Series) -> np.ndarray:
-    if onnx_type == "tensor(string)":
-        return string_column(values.tolist(), MISSING_TOKEN)
-    return numeric_column(values.tolist())
+    def freeze(self, name: str, sample: pd.DataFrame) -> None:
+        """Convert to ONNX, check the graph against the estimator, predict through it."""
+        names = self.schema.names if self.user_columns else self.schema.inputs
+        graph = convert_sklearn_model(
+            self.estimator,
+            names,
+            self.schema.inputs,
+            [f.dtype for f in self.schema.features],
+            self.task,
+            name,
+        )
+        self.tied_rows_ = check_parity(
+            graph,
+            lambda f: self.predict_fitted(f),
+            sample,
+            name,
+            self.estimator,
+            self.inputs_of,
+        )
+        self.graph = graph
 
 
 class OnnxExpertModel:
     """An existing ONNX file, run with onnxruntime; it is never refitted.
 
     Its inputs are matched to the features by the user's column name (or by graph name),
-    one input per column; the bundle stores a copy whose inputs carry the graph names.
+    one input per column; it runs, and is stored, with its inputs renamed to graph names.
     """
 
     def __init__(self, expert: Expert, task: str, n_classes: int, schema: FeatureSchema) -> None:
@@ -119,43 +143,41 @@ class OnnxExpertModel:
         self.task = task
         self.n_classes = n_classes
         try:
-            self.session = ort.InferenceSession(str(self.path), providers=["CPUExecutionProvider"])
-        except Exception as exc:  # onnxruntime's errors are untyped
+            model = onnx.load(str(self.path))
+            session = ort.InferenceSession(str(self.path), providers=["CPUExecutionProvider"])
+        except Exception as exc:  # onnx and onnxruntime raise their own untyped errors
             raise ParameterError("model", str(self.path), f"cannot be loaded: {exc}") from None
         by_name = dict(zip(schema.names, schema.inputs, strict=True))
         graph_names = set(schema.inputs)
-        self.renames: dict[str, str] = {}
+        renames: dict[str, str] = {}
         unknown = []
-        for inp in self.session.get_inputs():
+        for inp in session.get_inputs():
             graph = by_name.get(inp.name) or (inp.name if inp.name in graph_names else None)
             if graph is None:
                 unknown.append(inp.name)
             else:
-                self.renames[inp.name] = graph
+                renames[inp.name] = graph
         if unknown:
             raise ParameterError("model", str(self.path), f"reads columns {unknown} not in X")
-        self.schema = schema.subset([schema.name_of(g) for g in self.renames.values()])
-        outputs = [o.name for o in self.session.get_outputs()]
+        self.schema = schema.subset([schema.name_of(g) for g in renames.values()])
+        outputs = [o.name for o in session.get_outputs()]
         if expert.output is not None:
             if expert.output not in outputs:
                 raise ParameterError("output", expert.output, f"is not one of {outputs}")
-            self.output = expert.output
+            output = expert.output
         else:
             # skl2onnx classifiers put (label, probabilities); regressors a single output.
-            self.output = outputs[-1] if task == "classification" else outputs[0]
+            output = outputs[-1] if task == "classification" else outputs[0]
+        self.graph = OnnxGraph(rename_inputs(model, renames).SerializeToString(), output)
+        self.tied_rows_ = 0
 
     @property
     def inputs(self) -> list[str]:
         """Graph names of the features the file reads."""
-        return list(self.renames.values())
+        return self.graph.inputs
 
     def predict_raw(self, frame: pd.DataFrame) -> np.ndarray:
-        feed = {
-            inp.name: _column(inp.type, frame[self.renames[inp.name]])
-            for inp in self.session.get_inputs()
-        }
-        (out,) = self.session.run([self.output], feed)
-        out = np.asarray(out, dtype=np.float64)
+        out = self.graph.run(frame)
         if self.task == "regression":
             return out.reshape(-1)
         if out.ndim != 2 or out.shape[1] != self.n_classes:
@@ -165,3 +187,6 @@ class OnnxExpertModel:
                 f"outputs shape {out.shape}, expected (n, {self.n_classes}) probabilities",
             )
         return out
+
+    def freeze(self, name: str, sample: pd.DataFrame) -> None:
+        """Nothing to convert: the file is the graph."""

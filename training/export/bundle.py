@@ -153,13 +153,12 @@ def export_bundle(
     tmp = root / f".tmp-{version}-{os.getpid()}"
     (tmp / "experts").mkdir(parents=True)
     try:
-        sample = est.schema_.frame(X_check)
         experts = []
         for ename, spec, model in zip(
             est.expert_names_, est.experts, est.experts_.models_, strict=True
         ):
             rel = f"experts/{ename}.onnx"
-            output, inputs, _ = write_expert(model, ename, tmp / rel, sample)
+            output, inputs = write_expert(model, ename, tmp / rel)
             regression = isinstance(est, IABMARegressor)
             units = (
                 (spec.output_units if spec.kind == "onnx" else "standardised")
@@ -196,6 +195,11 @@ def export_bundle(
             "gate_fit_seconds": round(est.gate_fit_seconds_, 4),
             "gate_parity_max_abs_diff": gate_diff,
             "n_train_rows": int(est.evidence_.n),
+            # Rows where a kNN expert's graph picked other, equally distant neighbours.
+            "expert_tied_rows": {
+                n: int(m.tied_rows_)
+                for n, m in zip(est.expert_names_, est.experts_.models_, strict=True)
+            },
             **(training or {}),
         }
         manifest = Manifest(

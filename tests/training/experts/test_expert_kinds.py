@@ -19,9 +19,10 @@ from app.bundle.loader import open_bundle, read_manifest
 from app.bundle.predictor import BundlePredictor
 from training.errors import ExportError, ParameterError
 from training.estimator import IABMAClassifier, IABMARegressor
+from training.experts.knn_ties import tie_ambiguous_rows
+from training.experts.onnx import rename_inputs
 from training.experts.spec import Expert
 from training.export.bundle import export_bundle
-from training.export.experts import rename_inputs
 
 
 def mixed_frame(n: int = 500, seed: int = 0) -> tuple[pd.DataFrame, np.ndarray, np.ndarray]:
@@ -129,17 +130,37 @@ def test_an_onnx_file_expert_is_used_as_is(tmp_path) -> None:
 
 
 def test_a_silently_wrong_converter_is_refused(tmp_path) -> None:
-    """skl2onnx turns kNN weights='distance' into 'uniform' (TOOLCHAIN.md): must not ship."""
+    """skl2onnx turns kNN weights='distance' into 'uniform': refused as soon as it is fitted,
+    before the gate trains, and nothing is written."""
     X, _, y_reg = mixed_frame()
     est = IABMARegressor(
         [
             Expert("ridge", Ridge()),
             Expert("knn_dist", KNeighborsRegressor(n_neighbors=5, weights="distance")),
         ]
-    ).fit(X, y_reg)
+    )
     with pytest.raises(ExportError, match="expert 'knn_dist': its ONNX graph disagrees"):
-        export_bundle(est, tmp_path, "m", X.iloc[::7])
-    assert not list((tmp_path / "m").glob("*")) or not (tmp_path / "m" / "LATEST").exists()
+        est.fit(X, y_reg)
+    assert not hasattr(est, "combiner_")
+
+
+def test_knn_ties_are_tolerated_only_where_the_neighbours_tie(tmp_path) -> None:
+    """Equal distances resolve differently in float32 and float64; the estimator then
+    predicts through the graph, so it and the bundle still agree on every row."""
+    rng = np.random.default_rng(0)
+    n = 300
+    X = pd.DataFrame({"a": rng.integers(0, 3, n).astype(float), "b": rng.choice(["x", "y"], n)})
+    y = X["a"] * 2 + (X["b"] == "x") + rng.normal(0, 1, n)
+    est = IABMARegressor(
+        [Expert("ridge", Ridge()), Expert("knn", KNeighborsRegressor(n_neighbors=15))], cv=3
+    ).fit(X, y)
+    knn = est.experts_.models_[1]
+    assert knn.tied_rows_ > 0, "integer and one-hot features must produce ties"
+    frame = est.schema_.frame(X)
+    tied = tie_ambiguous_rows(knn.estimator, knn.inputs_of(frame))
+    differs = np.abs(knn.predict_raw(frame) - knn.predict_fitted(frame)) > 1e-4
+    assert differs.any() and tied[differs].all()
+    assert_parity(est, tmp_path / "s", X)
 
 
 def test_bad_expert_registrations(tmp_path) -> None:

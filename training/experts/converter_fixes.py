@@ -1,6 +1,6 @@
 """Converters that replace skl2onnx's where its output differs from scikit-learn's.
 
-Found by the parity check in :mod:`training.export.experts`, which stays on for every
+Found by the parity check in :mod:`training.experts.onnx`, which stays on for every
 expert: a wrong converter is refused there even if this module misses one.
 """
 

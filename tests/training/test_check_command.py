@@ -1,0 +1,90 @@
+"""``iabma check``: the training file replays clean; refused rows and drifted metrics fail."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from app.bundle.loader import resolve_version
+from training.cli import main
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """A CSV with awkward names and cells, and a bundle trained from it by the CLI."""
+    tmp = tmp_path_factory.mktemp("check")
+    rng = np.random.default_rng(3)
+    n = 400
+    df = pd.DataFrame(
+        {
+            "house size (m²)": rng.uniform(20, 200, n).round(1),
+            "contract-type": rng.choice(["cellular", "telephone", "unknown"], n),
+            "floor": [str(v) if v % 7 else "?" for v in rng.integers(0, 12, n)],
+        }
+    )
+    df["price"] = 3 * df["house size (m²)"] + 40 * (df["contract-type"] == "unknown")
+    df["price"] += rng.normal(0, 10, n).round(2)
+    df.loc[5, "price"] = np.nan
+    path = tmp / "houses.csv"
+    df.to_csv(path, index=False)
+    store = tmp / "store"
+    code = main(["train", "--csv", str(path), "--target", "price", "--task", "regression",
+                 "--name", "houses", "--store", str(store), "--quiet"])  # fmt: skip
+    assert code == 0
+    return path, store
+
+
+def check(capsys: pytest.CaptureFixture[str], store: Path, csv: Path) -> tuple[int, str]:
+    code = main(["check", "--store", str(store), "--name", "houses", "--csv", str(csv)])
+    out, err = capsys.readouterr()
+    return code, out + err
+
+
+def test_the_training_file_replays_and_reproduces_the_metrics(
+    trained: tuple[Path, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    path, store = trained
+    code, out = check(capsys, store, path)
+    assert code == 0, out
+    assert "accepted 400 rows, refused 0" in out
+    assert "metrics on 80 rows (the training run's test rows)" in out
+    assert "every metric is within 0.0001 of the recorded one" in out
+
+
+def test_refused_rows_are_listed_and_fail_the_check(
+    trained: tuple[Path, Path], capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    path, store = trained
+    df = pd.read_csv(path, dtype=str, keep_default_na=False)
+    df.loc[2, "contract-type"] = "satellite"
+    df.loc[7, "house size (m²)"] = "big"
+    new = tmp_path / "new.csv"
+    df.to_csv(new, index=False)
+    code, out = check(capsys, store, new)
+    assert code == 1
+    assert "accepted 398 rows, refused 2" in out
+    assert "      3  contract-type" in out and "unknown_category" in out
+    assert "      8  house size (m²)" in out and "wrong_type" in out
+    # Not the training file any more: metrics are shown, not compared.
+    assert "every row with a target" in out
+
+
+def test_a_metric_that_does_not_match_fails_the_check(
+    trained: tuple[Path, Path], capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    path, store = trained
+    copy = tmp_path / "store"
+    shutil.copytree(store, copy)
+    manifest = resolve_version(copy, "houses") / "manifest.json"
+    manifest.chmod(0o644)
+    data = json.loads(manifest.read_text())
+    data["metrics"]["iabma"]["rmse"] += 0.5
+    manifest.write_text(json.dumps(data))
+    code, out = check(capsys, copy, path)
+    assert code == 1
+    assert "MISMATCH" in out and "rmse" in out

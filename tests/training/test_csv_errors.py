@@ -1,0 +1,169 @@
+"""Bad CSV files get one clear line before anything is fitted; fixable ones a warning.
+
+Each case runs ``iabma train --csv`` as a user would (in process, for speed). Refused
+files exit 2 with one line naming the file and the column; files we can read after a
+change (rows without a target, an empty column, a column with thousands of levels, a
+semicolon delimiter) go on, with a warning line naming the column. ``--dry-run`` stops
+before fitting, which is all these cases need.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from training.cli import main
+
+
+def write(tmp_path: Path, content: str | bytes, name: str = "data.csv") -> str:
+    path = tmp_path / name
+    if isinstance(content, bytes):
+        path.write_bytes(content)
+    else:
+        path.write_text(content, encoding="utf-8")
+    return str(path)
+
+
+def table(n: int = 80, **columns: object) -> str:
+    rng = np.random.default_rng(0)
+    df = pd.DataFrame({"a": rng.normal(size=n).round(4), "b": rng.choice(["x", "y"], n)})
+    df["y"] = (df["a"] > 0).map({True: "yes", False: "no"})
+    for name, values in columns.items():
+        df[name] = values
+    return df.to_csv(index=False)
+
+
+def train(capsys: pytest.CaptureFixture[str], path: str, *extra: str) -> tuple[int, str, str]:
+    args = ["train", "--csv", path, "--name", "t", "--store", str(Path(path).parent / "store")]
+    if "--target" not in extra:
+        args += ["--target", "y"]
+    if "--task" not in extra:
+        args += ["--task", "classification"]
+    code = main([*args, "--dry-run", *extra])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def assert_refused(code: int, err: str, *fragments: str) -> None:
+    assert code == 2, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert lines[0].startswith("iabma train: error: ") and "Traceback" not in err
+    for fragment in fragments:
+        assert fragment in lines[0], lines[0]
+
+
+REFUSED = {
+    "empty file": (b"", [], ["data.csv: is empty"]),
+    "header only": ("a,b,y\n", [], ["data.csv: has a header but no data rows"]),
+    "target missing": (table(), ["--target", "price"], ["--target 'price' is not a column"]),
+    "target constant": (
+        table(y=7.5),
+        ["--task", "regression"],
+        ["column 'y': is constant"],
+    ),
+    "single class": (table(y="good"), [], ["column 'y': has a single class ('good')"]),
+    "class too small for the folds": (
+        table(y=["yes"] * 40 + ["no"] * 37 + ["rare"] * 3),
+        [],
+        ["column 'y': class 'rare' has 3 rows", "5-fold cross-fitting needs at least 5"],
+    ),
+    "duplicate column names": (
+        "a,b,a,y\n" + "\n".join(f"{i},x,{i},yes" for i in range(60)) + "\n",
+        [],
+        ["column 'a': appears twice in the header"],
+    ),
+    "not UTF-8": (
+        b"a,b,y\n" + "1,caf\u00e9,yes\n".encode("latin-1") * 60,
+        [],
+        ["data.csv: is not UTF-8 text: byte 0xe9 at offset 11 (line 2)"],
+    ),
+    "regression target given as text": (
+        table(y=["12k"] + ["1.5"] * 79),
+        ["--task", "regression"],
+        ["column 'y': a regression target must be numeric", '"12k" in data row 1'],
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(REFUSED))
+def test_a_bad_csv_is_refused_with_one_line(
+    case: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    content, extra, fragments = REFUSED[case]
+    code, _, err = train(capsys, write(tmp_path, content), *extra)
+    assert_refused(code, err, *fragments)
+
+
+def test_rows_without_a_target_are_dropped_and_counted(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    y = ["yes", "no"] * 40
+    y[3] = y[11] = ""
+    y[20] = "NA"
+    code, out, err = train(capsys, write(tmp_path, table(y=y)))
+    assert code == 0, err
+    assert "column 'y': dropped 3 of 80 rows whose target is missing" in err
+    assert "62 training rows, 15 test rows" in out
+
+
+def test_an_empty_column_is_dropped_with_a_warning(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, err = train(capsys, write(tmp_path, table(notes=[""] * 79 + ["NA"])))
+    assert code == 0, err
+    assert "column 'notes' is empty (every value is missing); dropped it" in err
+    assert "notes" not in out
+
+
+def test_a_column_with_too_many_levels_is_capped(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    n = 1500
+    code, out, err = train(capsys, write(tmp_path, table(n, ident=[f"id{i}" for i in range(n)])))
+    assert code == 0, err
+    assert "column 'ident' has 1500 distinct values; keeping the 1000 most frequent" in err
+    assert "1001 (capped; the rest in '__other__')" in out
+
+
+def test_a_semicolon_file_with_decimal_commas_is_read(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    rows = "\n".join(f"{i},5;{'x' if i % 2 else 'y'};{'yes' if i % 3 else 'no'}" for i in range(60))
+    code, out, err = train(capsys, write(tmp_path, "a;b;y\n" + rows + "\n"))
+    assert code == 0, err
+    assert "decimal mark ','" in out
+    assert "a                            f_a                          numeric" in out
+
+
+def test_a_numeric_column_spoilt_by_placeholders_gets_a_hint(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    values = [str(v) for v in range(80)]
+    values[5] = values[9] = "?"
+    code, out, err = train(capsys, write(tmp_path, table(age=values)))
+    assert code == 0, err
+    assert "column 'age' is numeric except for 2 cells holding '?'" in err
+    assert "--na-values" in err
+    code, out, err = train(capsys, write(tmp_path, table(age=values)), "--na-values", "?")
+    assert code == 0 and "age                          f_age                        numeric" in out
+
+
+def test_an_internal_error_is_one_line_and_debug_shows_the_trace(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import training.commands.train as train_command
+
+    def broken(*_args: object) -> None:
+        raise RuntimeError("simulated bug")
+
+    monkeypatch.setattr(train_command, "describe", broken)
+    code, _, err = train(capsys, write(tmp_path, table()))
+    assert code == 1 and len(err.strip().splitlines()) == 1
+    assert "internal error (RuntimeError: simulated bug)" in err and "--debug" in err
+    with pytest.raises(RuntimeError, match="simulated bug"):
+        main(["--debug", "train", "--csv", write(tmp_path, table()), "--target", "y",
+              "--task", "classification", "--name", "t", "--dry-run"])  # fmt: skip
