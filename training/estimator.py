@@ -138,6 +138,7 @@ class _IABMABase(BaseEstimator):
         # X is read once: the experts see it as a frame, the gate as columns.
         columns = self.schema_.columns(X)
         frame = frame_of(columns, X.index)
+        t_experts = time.perf_counter()
         self.experts_ = ExpertSet(
             experts,
             self._task,
@@ -148,6 +149,7 @@ class _IABMABase(BaseEstimator):
             random_state=self.random_state,
             verbose=self.verbose,
         ).fit(frame, y_fit, self.schema_)
+        self.expert_fit_seconds_ = time.perf_counter() - t_experts
         self.expert_names_ = [e.name for e in experts]
         rows = self.experts_.evidence_rows_
         self.evidence_ = self._evidence(self._standardise(self.experts_.predictions_), y_fit[rows])

@@ -169,7 +169,9 @@ def run(args: argparse.Namespace) -> int:
     from training.export.bundle import export_bundle
     from training.gate.iabma_gate import IABMAGate
 
+    t_load = time.perf_counter()
     train, test, experts = load_split(args)
+    load_s = time.perf_counter() - t_load
     if args.dry_run:
         print(describe(train, test, args.max_categories))
         return 0
@@ -199,13 +201,18 @@ def run(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     est.fit(train.X, train.y)
     fit_s = time.perf_counter() - t0
-    print(f"fitted in {fit_s:.1f} s (gate {est.gate_fit_seconds_:.2f} s)")
+    print(
+        f"fitted in {fit_s:.1f} s (experts with cross-fitting {est.expert_fit_seconds_:.1f} s, "
+        f"gate {est.gate_fit_seconds_:.2f} s)"
+    )
     if hasattr(est.combiner_, "selected_"):
         print(
             "gate variant chosen on the inner validation split:",
             json.dumps(est.combiner_.selected_),
         )
+    t_eval = time.perf_counter()
     results = evaluate(est, test.X, test.y)
+    eval_s = time.perf_counter() - t_eval
     metrics = (
         ["accuracy", "ece", "nll", "brier"]
         if train.task == "classification"
@@ -215,6 +222,7 @@ def run(args: argparse.Namespace) -> int:
     print("\ntest metrics (ECE: 15 bins; regression in target units)")
     print(format_table({**results, **{f"  {k}": v for k, v in experts_scores.items()}}, metrics))
     target = train.y.name or "y"
+    t_export = time.perf_counter()
     path = export_bundle(
         est,
         args.store,
@@ -226,11 +234,22 @@ def run(args: argparse.Namespace) -> int:
         training={
             "source": str(args.csv or args.dataset),
             "fit_seconds": round(fit_s, 2),
+            "seconds": {
+                "load": round(load_s, 2),
+                "experts": round(est.expert_fit_seconds_, 2),
+                "gate": round(est.gate_fit_seconds_, 2),
+                "evaluate": round(eval_s, 2),
+            },
             "n_test_rows": len(test.y),
             # `iabma check` re-derives the test rows of the same file from these.
             "split": {"test_size": args.test_size, "seed": args.seed},
             "drop": list(args.drop),
         },
     )
+    export_s = time.perf_counter() - t_export
     print(f"\nwrote {path} and pointed {path.parent / 'LATEST'} at it")
+    print(
+        f"timings: load {load_s:.1f} s, experts {est.expert_fit_seconds_:.1f} s, gate "
+        f"{est.gate_fit_seconds_:.1f} s, evaluate {eval_s:.1f} s, export {export_s:.1f} s"
+    )
     return 0

@@ -116,7 +116,7 @@ class ExpertSet:
                 preds.append(model.predict_raw(frame.iloc[rows]))
                 bar.update(fits_each)
                 continue
-            est = build_estimator(expert, sub)
+            est = build_estimator(expert, sub, frame)
             user_columns = expert.preprocess == "none"
             out = np.zeros((n, self.n_classes)) if self.task == "classification" else np.zeros(n)
             for tr, va in splits:

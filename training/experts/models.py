@@ -25,6 +25,9 @@ from training.experts.onnx import OnnxGraph, check_parity, convert_sklearn_model
 from training.experts.spec import Expert
 from training.features import FeatureSchema
 
+# Levels of a categorical column an expert one-hot encodes (the gate keeps as many).
+MAX_ONEHOT = 50
+
 
 def is_tree_model(model: Any) -> bool:
     """Trees are scale-invariant, and scaling in front of them costs ONNX parity: float32
@@ -33,8 +36,25 @@ def is_tree_model(model: Any) -> bool:
     return module.startswith(("sklearn.ensemble", "sklearn.tree", "xgboost", "lightgbm"))
 
 
-def encoder_for(schema: FeatureSchema, scale: bool = True) -> ColumnTransformer:
-    """Median-impute (and scale) numbers; one-hot categories, ignoring unseen levels."""
+def frequent_levels(frame: pd.DataFrame, columns: list[str], k: int) -> list[list[str]]:
+    """Each column's ``k`` most frequent values (ties by value), sorted."""
+    out = []
+    for name in columns:
+        counts = frame[name].value_counts()
+        ranked = sorted(counts.index, key=lambda v: (-counts[v], v))[:k]
+        out.append(sorted(ranked))
+    return out
+
+
+def encoder_for(
+    schema: FeatureSchema, scale: bool = True, levels: list[list[str]] | None = None
+) -> ColumnTransformer:
+    """Median-impute (and scale) numbers; one-hot categories, ignoring unseen levels.
+
+    ``levels`` limits each categorical column to those values (the rest encode as all
+    zeros, like an unseen one): a 400-level column would otherwise widen every expert by
+    400 columns and make the boosted trees and the MLP several times slower.
+    """
     parts: list[tuple[str, Any, list[str]]] = []
     if schema.numeric:
         steps: list[tuple[str, Any]] = [("impute", SimpleImputer(strategy="median"))]
@@ -42,17 +62,31 @@ def encoder_for(schema: FeatureSchema, scale: bool = True) -> ColumnTransformer:
             steps.append(("scale", StandardScaler()))
         parts.append(("num", Pipeline(steps), schema.numeric))
     if schema.categorical:
-        onehot = OneHotEncoder(handle_unknown="ignore", sparse_output=False, dtype=np.float32)
+        onehot = OneHotEncoder(
+            categories=levels if levels is not None else "auto",
+            handle_unknown="ignore",
+            sparse_output=False,
+            dtype=np.float32,
+        )
         parts.append(("cat", onehot, schema.categorical))
     return ColumnTransformer(parts, remainder="drop", sparse_threshold=0.0)
 
 
-def build_estimator(expert: Expert, schema: FeatureSchema) -> Any:
-    """A fresh, unfitted estimator for ``expert`` reading ``schema``'s columns."""
+def build_estimator(
+    expert: Expert, schema: FeatureSchema, frame: pd.DataFrame | None = None
+) -> Any:
+    """A fresh, unfitted estimator for ``expert`` reading ``schema``'s columns.
+
+    With the training ``frame``, categorical columns keep their ``MAX_ONEHOT`` most
+    frequent levels.
+    """
     model = clone(expert.model)
     if expert.preprocess == "none":
         return model
-    encoder = encoder_for(schema, scale=not is_tree_model(model))
+    levels = None
+    if frame is not None and schema.categorical:
+        levels = frequent_levels(frame, schema.categorical, MAX_ONEHOT)
+    encoder = encoder_for(schema, scale=not is_tree_model(model), levels=levels)
     return Pipeline([("encode", encoder), ("model", model)])
 
 
