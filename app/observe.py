@@ -15,6 +15,7 @@ from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from app.context import SCOPE_KEY, RequestContext
 from app.errors import InvalidHeader
 from app.responses import error_response
 from app.service import Service
@@ -40,9 +41,7 @@ class RequestObserver:
                 break
         valid = given is None or REQUEST_ID.match(given) is not None
         request_id = given if valid and given is not None else uuid.uuid4().hex
-        state = scope.setdefault("state", {})
-        state["request_id"] = request_id
-        state["started"] = started
+        scope[SCOPE_KEY] = RequestContext(request_id, started)
         status = 500
         echo = (b"x-request-id", request_id.encode("latin-1"))
 

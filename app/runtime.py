@@ -9,9 +9,11 @@ once per load.
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
+
+import numpy as np
 
 from app.bundle.loader import open_bundle, resolve_version
 from app.bundle.manifest import Manifest
@@ -30,6 +32,14 @@ class LoadedModel:
     classes: tuple[Any, ...]  # labels as in the manifest (int or str)
     class_keys: tuple[str, ...]  # the same labels as JSON object keys
     expert_std: tuple[float, ...]  # regression: each expert's own std, target units
+    # What codecs precompute once per bundle (answer templates); never part of equality.
+    cache: dict[Any, Any] = field(default_factory=dict, compare=False, repr=False)
+
+    def label_values(self, index: np.ndarray) -> Any:
+        """Class labels at ``index``: an int64 array for integer labels, else a list."""
+        if all(isinstance(c, int) for c in self.classes):
+            return np.asarray(self.classes, dtype=np.int64)[index]
+        return np.asarray(self.classes, dtype=object)[index].tolist()
 
     @property
     def name(self) -> str:
@@ -69,6 +79,7 @@ class LoadedModel:
         for e in m["experts"]:
             e.pop("file", None)
         m["gate"].pop("file", None)
+        m.pop("ensemble", None)
         return m
 
 

@@ -7,7 +7,7 @@ models describe both, and the tests validate real responses against them.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -22,6 +22,13 @@ class PredictRequest(_Doc):
     instances: list[dict[str, FeatureValue]] = Field(
         description="Rows: every feature of the model, null for a missing value.",
         examples=[[{"x1": 0.5, "x2": -1.0}]],
+    )
+    format: Literal["rows", "columnar"] = Field(
+        "rows", description="rows: one object per instance; columnar: one array per field."
+    )
+    include: list[Literal["prediction", "weights", "experts", "uncertainty"]] = Field(
+        default=["prediction", "weights", "experts", "uncertainty"],
+        description="The parts of the answer to return.",
     )
 
 
@@ -76,8 +83,16 @@ class PredictResponse(_Doc):
 
 class StoredInput(_Doc):
     mode: str = Field(description="full, hash or off (IABMA_AUDIT_PAYLOAD)")
-    sha256: str | None = Field(None, description="sha256 of the canonical JSON of the instances")
+    sha256: str | None = Field(None, description="hash of the canonical JSON of the instances")
     instances: list[dict[str, Any]] | None = None
+
+
+class AuditedInstance(_Doc):
+    """A row of an audited answer, rebuilt from the stored arrays (no experts' outputs)."""
+
+    prediction: ClassPrediction | RegressionPrediction
+    weights: dict[str, float]
+    uncertainty: Uncertainty
 
 
 class AuditRecordOut(_Doc):
@@ -91,7 +106,7 @@ class AuditRecordOut(_Doc):
     top_expert: str
     latency_ms: float
     input: StoredInput
-    predictions: list[InstanceResult]
+    predictions: list[AuditedInstance]
 
 
 class GateWeights(_Doc):

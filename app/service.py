@@ -10,19 +10,19 @@ from __future__ import annotations
 
 import asyncio
 import hmac
-import json
 import logging
 import time
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
 from sqlalchemy.exc import SQLAlchemyError
 
 from app.audit.records import AuditRecord, now_us
 from app.audit.store import AuditStore
 from app.audit.writer import AuditWriter
-from app.bundle.columns import Columns, n_rows
 from app.bundle.loader import BundleError
+from app.context import RequestContext
 from app.errors import (
     AdminDisabled,
     AuditDisabled,
@@ -31,9 +31,8 @@ from app.errors import (
     ReloadFailed,
     Unauthorized,
 )
-from app.inference import Outcome, RowField, run
-from app.inputs import parse_instances
 from app.metrics import ServiceMetrics
+from app.plane import InferenceRequest, InferenceResult, check_finite
 from app.runtime import LoadedModel, ModelRuntime
 from app.settings import Settings
 
@@ -41,12 +40,6 @@ log = logging.getLogger("iabma.service")
 # Up to this many rows onnxruntime and the mixture take well under a millisecond, which is
 # cheaper inline on the event loop than a hop to a worker thread (TOOLCHAIN.md).
 INLINE_ROWS = 64
-
-
-def dumps(payload: Any) -> bytes:
-    return json.dumps(payload, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode(
-        "utf-8"
-    )
 
 
 class Service:
@@ -108,60 +101,64 @@ class Service:
                 f"the audit store is unavailable ({type(exc).__name__})", field="audit"
             ) from None
 
-    # -- predictions -------------------------------------------------------------------------
-    async def predict(self, body: Any, request_id: str, started: float) -> bytes:
-        model = self.runtime.require()
-        columns, rows = parse_instances(body, model.features, self.settings.max_batch_rows)
-        outcome = await self.infer(model, columns, lambda i: f"instances[{i}]")
-        content = dumps(
-            {
-                "model": model.name,
-                "version": model.version,
-                "request_id": request_id,
-                "task": model.task,
-                "predictions": outcome.items,
-            }
-        )
-        await self.commit(outcome, rows, request_id, "predict", started)
+    # -- the data plane ----------------------------------------------------------------------
+    async def infer(
+        self,
+        model: LoadedModel,
+        request: InferenceRequest,
+        ctx: RequestContext,
+        encode: Callable[[InferenceResult], bytes],
+    ) -> bytes:
+        """Run the graph, encode the answer, make its audit record durable; in that order.
+
+        The answer is encoded before the commit so that nothing can fail after it: every
+        2xx has a record, and a failed request has none.
+        """
+        if request.n <= INLINE_ROWS:
+            pred = model.predictor.predict(request.columns)
+        else:
+            pred = await asyncio.to_thread(model.predictor.predict, request.columns)
+        check_finite(model, pred, request.row_field)
+        result = InferenceResult(model, pred)
+        content = encode(result)
+        await self.commit(result, request, ctx)
         return content
 
-    async def infer(self, model: LoadedModel, columns: Columns, row_field: RowField) -> Outcome:
-        if n_rows(columns) <= INLINE_ROWS:
-            return run(model, columns, row_field)
-        return await asyncio.to_thread(run, model, columns, row_field)
-
     async def commit(
-        self,
-        outcome: Outcome,
-        rows: list[dict[str, Any]],
-        request_id: str,
-        route: str,
-        started: float,
+        self, result: InferenceResult, request: InferenceRequest, ctx: RequestContext
     ) -> None:
         """Make the audit record durable, then count the prediction in the metrics."""
-        model = outcome.model
+        model, pred = result.model, result.prediction
         if self.settings.audit_enabled:
             if self.writer is None:
                 raise NotReady("the audit trail is not open yet; retry shortly", field="audit")
+            if pred.proba is not None:
+                answer = pred.proba
+            else:
+                assert pred.mean is not None and pred.std is not None
+                assert pred.interval is not None
+                answer = np.column_stack([pred.mean, pred.std, pred.interval])
             record = AuditRecord(
-                request_id=request_id,
+                request_id=ctx.request_id,
                 created_us=now_us(),
                 model=model.name,
                 version=model.version,
-                route=route,
+                route=request.route,
                 task=model.task,
                 experts=model.experts,
-                weights=outcome.weights,
-                items=outcome.items,
-                latency_ms=(time.perf_counter() - started) * 1000.0,
+                classes=model.classes if pred.proba is not None else None,
+                weights=pred.weights,
+                prediction=answer,
+                uncertainty=pred.uncertainty,
+                latency_ms=(time.perf_counter() - ctx.started) * 1000.0,
                 input_mode=self.settings.audit_payload,
-                instances=rows,
+                instances=request.instances,
             )
             await self.writer.write(record)
         labels = (model.name, model.version)
-        self.metrics.observe_graphs(labels, outcome.timings)
-        self.metrics.observe_weights(labels, model.experts, outcome.weights)
-        self.metrics.rows.inc((*labels, route), outcome.n)
+        self.metrics.observe_graphs(labels, {"ensemble": pred.seconds})
+        self.metrics.observe_weights(labels, model.experts, pred.weights)
+        self.metrics.rows.inc((*labels, request.route), pred.n)
 
     # -- admin -------------------------------------------------------------------------------
     def check_admin(self, authorization: str | None) -> None:

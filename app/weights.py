@@ -21,9 +21,9 @@ from typing import Any
 
 from app.audit.store import RecordFilter, decode_cursor
 from app.errors import Fault, InvalidInput, NotFound
-from app.inference import gate_only
 from app.inputs import query_row
 from app.observe import REQUEST_ID
+from app.plane import check_finite
 from app.service import Service
 
 LISTING = ("since", "until", "expert", "limit", "cursor")
@@ -131,8 +131,10 @@ def _gate(service: Service, params: dict[str, str], request_id: str) -> dict[str
     model = service.runtime.require()
     table = model.features
     columns = table.columns([query_row(params, table)], lambda _i, name: name)
-    w, seconds = gate_only(model, columns, lambda _i: "query")
-    service.metrics.observe_graphs((model.name, model.version), {"gate": seconds})
+    pred = model.predictor.predict(columns, interval=False)
+    check_finite(model, pred, lambda _i: "query")
+    service.metrics.observe_graphs((model.name, model.version), {"ensemble": pred.seconds})
+    w = pred.weights
     row = w[0].tolist()
     return {
         "model": model.name,

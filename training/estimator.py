@@ -17,9 +17,14 @@ import pandas as pd
 from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin, clone
 
 from app.bundle.columns import Columns
-from app.bundle.mixture import ClassMixture, mix_classification, mix_regression
+from app.bundle.mixture import (
+    ClassMixture,
+    RegressionSummary,
+    mix_classification,
+    mix_regression,
+    summarise_regression,
+)
 from app.bundle.normalise import Normaliser, rule_for
-from app.bundle.predictor import RegressionSummary, summarise_regression
 from app.bundle.prior import classification_energy, prior_from_energy, regression_energy
 from training.combiners.base import Combiner
 from training.errors import NotFittedError, ParameterError

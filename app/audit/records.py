@@ -1,9 +1,13 @@
 """An audit record: built from an answered prediction, stored as rows, read back as JSON.
 
-The input is kept as configured by ``IABMA_AUDIT_PAYLOAD``: ``full`` stores the instances
-and their hash, ``hash`` only the sha256, ``off`` neither. The hash is taken over the
-canonical JSON of the instances (keys sorted, no spaces, UTF-8), so anyone holding an input
-can find its record by hashing it the same way.
+What an auditor needs, and no more: request id, time, model, version, route, latency, the
+weights with the top expert, the prediction and the uncertainty, as compact arrays; not
+the experts' own outputs nor the formatted response. The input is kept as configured by
+``IABMA_AUDIT_PAYLOAD``: ``full`` stores the instances and their hash, ``hash`` only the
+hash, ``off`` neither. The hash is taken over the canonical JSON of the instances (keys
+sorted, no spaces, UTF-8, as orjson writes it).
+
+Rows are built on the writer thread (:meth:`AuditRecord.log_row`), not on the event loop.
 """
 
 from __future__ import annotations
@@ -15,8 +19,13 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import numpy as np
+import orjson
+
+from app.bundle.mixture import INTERVAL
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+UNCERTAINTY = ("total", "aleatoric", "epistemic", "selection")
+REGRESSION_FIELDS = 4  # mean, std, lower, upper
 
 
 def now_us() -> int:
@@ -29,12 +38,16 @@ def iso_from_us(us: int) -> str:
     return stamp.isoformat(timespec="microseconds").replace("+00:00", "Z")
 
 
-def canonical_json(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+def canonical_json(value: Any) -> bytes:
+    return orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
 
 
 def input_sha256(instances: list[dict[str, Any]]) -> str:
-    return hashlib.sha256(canonical_json(instances).encode("utf-8")).hexdigest()
+    return hashlib.sha256(canonical_json(instances)).hexdigest()
+
+
+def _blob(a: np.ndarray) -> bytes:
+    return np.ascontiguousarray(a, dtype="<f8").tobytes()
 
 
 @dataclass(frozen=True)
@@ -46,15 +59,20 @@ class AuditRecord:
     route: str
     task: str
     experts: tuple[str, ...]
+    classes: tuple[Any, ...] | None  # classification labels
     weights: np.ndarray  # (n, m)
-    items: list[dict[str, Any]]  # the per-instance answer, as sent
+    prediction: np.ndarray  # (n, C) probabilities, or (n, 4) mean, std, lower, upper
+    uncertainty: np.ndarray  # (n, 4)
     latency_ms: float
     input_mode: str
     instances: list[dict[str, Any]]
 
-    def record_row(self) -> dict[str, Any]:
-        """The ``iabma_audit_records`` row (JSON encoded here, on the writer thread)."""
-        mean = self.weights.mean(axis=0)
+    @property
+    def top_expert(self) -> str:
+        return self.experts[int(np.argmax(self.weights.mean(axis=0)))]
+
+    def log_row(self) -> dict[str, Any]:
+        """The ``iabma_audit_log`` row."""
         text = canonical_json(self.instances) if self.input_mode != "off" else None
         return {
             "request_id": self.request_id,
@@ -64,23 +82,29 @@ class AuditRecord:
             "route": self.route,
             "task": self.task,
             "n_instances": int(self.weights.shape[0]),
-            "top_expert": self.experts[int(np.argmax(mean))],
+            "top_expert": self.top_expert,
             "latency_ms": float(self.latency_ms),
+            "experts": json.dumps(list(self.experts)),
+            "classes": None if self.classes is None else json.dumps(list(self.classes)),
+            "weights": _blob(self.weights),
+            "prediction": _blob(self.prediction),
+            "uncertainty": _blob(self.uncertainty),
             "input_mode": self.input_mode,
-            "input_sha256": (
-                hashlib.sha256(text.encode("utf-8")).hexdigest() if text is not None else None
-            ),
-            "input_json": text if self.input_mode == "full" else None,
-            "predictions_json": json.dumps(self.items, separators=(",", ":"), allow_nan=False),
+            "input_hash": hashlib.sha256(text).hexdigest() if text is not None else None,
+            "input_json": text.decode("utf-8") if self.input_mode == "full" and text else None,
         }
 
-    def expert_rows(self, record_id: int) -> list[dict[str, Any]]:
+    def weight_rows(self) -> list[dict[str, Any]]:
+        """One ``iabma_audit_weights`` row per expert."""
         n, m = self.weights.shape
         sums = self.weights.sum(axis=0).tolist()
         tops = np.bincount(self.weights.argmax(axis=1), minlength=m).tolist()
+        top = self.top_expert
         return [
             {
-                "record_id": record_id,
+                "model": self.model,
+                "created_us": self.created_us,
+                "top_expert": top,
                 "expert": e,
                 "weight_sum": sums[j],
                 "top_count": tops[j],
@@ -91,10 +115,10 @@ class AuditRecord:
 
 
 def record_json(row: Any) -> dict[str, Any]:
-    """A stored record as ``GET /weights`` returns it."""
+    """A stored record as ``GET /weights`` returns it, rebuilt from its arrays."""
     stored: dict[str, Any] = {"mode": row.input_mode}
-    if row.input_sha256 is not None:
-        stored["sha256"] = row.input_sha256
+    if row.input_hash is not None:
+        stored["sha256"] = row.input_hash
     if row.input_json is not None:
         stored["instances"] = json.loads(row.input_json)
     return {
@@ -108,5 +132,34 @@ def record_json(row: Any) -> dict[str, Any]:
         "top_expert": row.top_expert,
         "latency_ms": row.latency_ms,
         "input": stored,
-        "predictions": json.loads(row.predictions_json),
+        "predictions": instances_json(row),
     }
+
+
+def instances_json(row: Any) -> list[dict[str, Any]]:
+    experts = json.loads(row.experts)
+    n = int(row.n_instances)
+    w = np.frombuffer(row.weights, "<f8").reshape(n, len(experts)).tolist()
+    u = np.frombuffer(row.uncertainty, "<f8").reshape(n, len(UNCERTAINTY)).tolist()
+    if row.task == "classification":
+        classes = json.loads(row.classes)
+        p = np.frombuffer(row.prediction, "<f8").reshape(n, len(classes))
+        labels, keys = p.argmax(axis=1).tolist(), [str(c) for c in classes]
+        prediction = [
+            {"label": classes[labels[i]], "probabilities": dict(zip(keys, r, strict=True))}
+            for i, r in enumerate(p.tolist())
+        ]
+    else:
+        r = np.frombuffer(row.prediction, "<f8").reshape(n, REGRESSION_FIELDS).tolist()
+        prediction = [
+            {"mean": a, "std": b, "interval": {"level": INTERVAL, "lower": lo, "upper": hi}}
+            for a, b, lo, hi in r
+        ]
+    return [
+        {
+            "prediction": prediction[i],
+            "weights": dict(zip(experts, w[i], strict=True)),
+            "uncertainty": dict(zip(UNCERTAINTY, u[i], strict=True)),
+        }
+        for i in range(n)
+    ]

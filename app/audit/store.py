@@ -1,7 +1,8 @@
 """Reading and writing the trail through SQLAlchemy Core; every method is blocking.
 
-The writer thread calls :meth:`AuditStore.insert` with a whole group of records (one
-transaction); request handlers call the readers through a worker thread.
+The writer thread calls :meth:`AuditStore.insert` with a whole group of records: one
+transaction, two ``executemany`` calls through the driver on the writer's own connection,
+no ORM work per record. Request handlers call the readers through a worker thread.
 
 Paging: records come newest first, ordered by ``(time, id)``. The cursor is the
 base64url text of ``"<created_us>.<id>"`` of the last record on the page; the next page
@@ -13,16 +14,17 @@ from __future__ import annotations
 
 import base64
 import binascii
+import contextlib
 import re
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import IO, Any
 
-from sqlalchemy import and_, func, or_, select
+from sqlalchemy import Dialect, Table, and_, func, or_, select
 
 from app.audit.records import AuditRecord, record_json
-from app.audit.tables import create_tables, expert_weights, make_engine, records
+from app.audit.tables import create_tables, expert_weights, lock_sqlite, make_engine, records
 from app.errors import Fault, InvalidInput
 
 _CURSOR = re.compile(r"^(\d{1,19})\.(\d{1,19})$")
@@ -54,8 +56,8 @@ class RecordFilter:
     limit: int = 100
     cursor: tuple[int, int] | None = None
 
-    def conditions(self) -> list[Any]:
-        c = records.c
+    def conditions(self, table: Table = records) -> list[Any]:
+        c = table.c
         out: list[Any] = [c.model == self.model]
         if self.since_us is not None:
             out.append(c.created_us >= self.since_us)
@@ -66,13 +68,29 @@ class RecordFilter:
         return out
 
 
+def insert_sql(table: Table, dialect: Dialect) -> tuple[str, list[str] | None]:
+    """The driver's INSERT for every column but the key, and the order of its parameters
+    (None when the driver takes them by name)."""
+    columns = [c.name for c in table.columns if not (c.primary_key and c.autoincrement)]
+    compiled = table.insert().compile(dialect=dialect, column_keys=columns)
+    order = list(compiled.positiontup) if compiled.positional and compiled.positiontup else None
+    return compiled.string, order
+
+
 class AuditStore:
     def __init__(self, url: str, timeout_seconds: float) -> None:
+        self.url = url
         self.engine = make_engine(url, timeout_seconds)
         self.timeout_seconds = timeout_seconds
+        self._lock: IO[str] | None = None
+        self._writer: Any = None  # the writer thread's own DBAPI connection
+        self._log_sql = insert_sql(records, self.engine.dialect)
+        self._weights_sql = insert_sql(expert_weights, self.engine.dialect)
 
     def prepare(self) -> None:
-        """Create the tables, retrying while the database is still starting up."""
+        """Claim a SQLite trail for this process, then create the tables, retrying while
+        the database is still starting up."""
+        self._lock = lock_sqlite(self.url)
         deadline = time.monotonic() + self.timeout_seconds
         while True:
             try:
@@ -84,21 +102,46 @@ class AuditStore:
                 time.sleep(0.5)
 
     def close(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None
         self.engine.dispose()
+        if self._lock is not None:
+            self._lock.close()
+            self._lock = None
+
+    @staticmethod
+    def _params(rows: list[dict[str, Any]], order: list[str] | None) -> list[Any]:
+        if order is None:
+            return rows
+        return [tuple(r[k] for k in order) for r in rows]
 
     def insert(self, batch: Sequence[AuditRecord]) -> None:
-        """One transaction for the whole group: all of it is committed, or none."""
-        rows = [r.record_row() for r in batch]
-        with self.engine.begin() as conn:
-            ids = (
-                conn.execute(
-                    records.insert().returning(records.c.id, sort_by_parameter_order=True), rows
-                )
-                .scalars()
-                .all()
-            )
-            weights = [w for rec, rid in zip(batch, ids, strict=True) for w in rec.expert_rows(rid)]
-            conn.execute(expert_weights.insert(), weights)
+        """One transaction for the whole group, through the driver's executemany.
+
+        Called only from the writer thread, which keeps one connection for itself.
+        """
+        log = [r.log_row() for r in batch]
+        weights = [w for r in batch for w in r.weight_rows()]
+        if self._writer is None:
+            self._writer = self.engine.raw_connection()
+        conn = self._writer
+        try:
+            cur = conn.cursor()
+            try:
+                cur.executemany(self._log_sql[0], self._params(log, self._log_sql[1]))
+                cur.executemany(self._weights_sql[0], self._params(weights, self._weights_sql[1]))
+            finally:
+                cur.close()
+            conn.commit()
+        except Exception:
+            # A broken connection must not serve the next group: reconnect then.
+            self._writer = None
+            with contextlib.suppress(Exception):
+                conn.rollback()
+            with contextlib.suppress(Exception):
+                conn.invalidate()
+            raise
 
     def find(self, request_id: str) -> dict[str, Any] | None:
         """The most recent record with this request id (ids sent by clients may repeat)."""
@@ -130,8 +173,7 @@ class AuditStore:
         w = expert_weights.c
         per_expert = (
             select(w.expert, func.sum(w.weight_sum), func.sum(w.top_count), func.sum(w.n))
-            .select_from(expert_weights.join(records, w.record_id == records.c.id))
-            .where(*conds)
+            .where(*flt.conditions(expert_weights))
             .group_by(w.expert)
             .order_by(w.expert)
         )

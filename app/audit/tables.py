@@ -1,25 +1,32 @@
 """The audit trail's two tables (SQLAlchemy Core) and the engine for SQLite or PostgreSQL.
 
-``iabma_audit_records`` holds one row per answered request: who, when, which version, the
-per-instance answer as JSON and the input (or its hash). ``iabma_audit_expert_weights``
-holds, per record and expert, the sum of that expert's weights, how often it had the
-largest weight, and over how many rows, so that ``GET /weights`` can aggregate any time
-range in SQL whichever experts each version had.
+``iabma_audit_log`` holds one row per answered request: who, when, which version, and the
+answer as compact arrays (little-endian float64): the weights ``(n, m)``, the prediction
+(``(n, C)`` class probabilities, or ``(n, 4)`` mean, std and the 90% interval), the
+uncertainty ``(n, 4)``, plus the experts' and classes' names and the input (or its keyed
+hash). ``GET /weights`` rebuilds its JSON from these.
+
+``iabma_audit_weights`` holds, per record and expert, the sum of that expert's weights,
+how often it had the largest weight, and over how many rows, with the record's model,
+time and top expert copied in, so that any time range aggregates in SQL whichever
+experts each version had, without a join.
 """
 
 from __future__ import annotations
 
+import fcntl
+import os
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from sqlalchemy import (
     BigInteger,
     Column,
     Double,
     Engine,
-    ForeignKey,
     Index,
     Integer,
+    LargeBinary,
     MetaData,
     String,
     Table,
@@ -37,7 +44,7 @@ _ID = BigInteger().with_variant(Integer, "sqlite")
 metadata = MetaData()
 
 records = Table(
-    "iabma_audit_records",
+    "iabma_audit_log",
     metadata,
     Column("id", _ID, primary_key=True, autoincrement=True),
     Column("request_id", String(128), nullable=False),
@@ -49,38 +56,40 @@ records = Table(
     Column("n_instances", Integer, nullable=False),
     Column("top_expert", String(128), nullable=False),
     Column("latency_ms", Double, nullable=False),
+    Column("experts", Text, nullable=False),  # JSON list of names
+    Column("classes", Text),  # JSON list of labels (classification)
+    Column("weights", LargeBinary, nullable=False),
+    Column("prediction", LargeBinary, nullable=False),
+    Column("uncertainty", LargeBinary, nullable=False),
     Column("input_mode", String(8), nullable=False),
-    Column("input_sha256", String(64)),
+    Column("input_hash", String(64)),
     Column("input_json", Text),
-    Column("predictions_json", Text, nullable=False),
-    Index("ix_iabma_audit_records_time", "model", "created_us", "id"),
-    Index("ix_iabma_audit_records_top", "model", "top_expert", "created_us"),
-    Index("ix_iabma_audit_records_request_id", "request_id"),
+    Index("ix_iabma_audit_log_time", "model", "created_us", "id"),
+    Index("ix_iabma_audit_log_top", "model", "top_expert", "created_us"),
+    Index("ix_iabma_audit_log_request_id", "request_id"),
 )
 
 expert_weights = Table(
-    "iabma_audit_expert_weights",
+    "iabma_audit_weights",
     metadata,
-    Column(
-        "record_id",
-        _ID,
-        ForeignKey(records.c.id, ondelete="CASCADE"),
-        primary_key=True,
-    ),
-    Column("expert", String(128), primary_key=True),
+    Column("model", String(128), nullable=False),
+    Column("created_us", BigInteger, nullable=False),
+    Column("top_expert", String(128), nullable=False),
+    Column("expert", String(128), nullable=False),
     Column("weight_sum", Double, nullable=False),
     Column("top_count", Integer, nullable=False),
     Column("n", Integer, nullable=False),
+    Index("ix_iabma_audit_weights_time", "model", "created_us"),
+    Index("ix_iabma_audit_weights_top", "model", "top_expert", "created_us"),
 )
 
 
 def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
     cur = dbapi_conn.cursor()
-    # WAL lets /weights read while a commit is in flight and lets two workers share the
-    # file; synchronous=FULL makes each group commit durable before the responses go out.
+    # WAL lets /weights read while a commit is in flight; synchronous=FULL makes each
+    # group commit durable before the responses go out.
     cur.execute("PRAGMA journal_mode=WAL")
     cur.execute("PRAGMA synchronous=FULL")
-    cur.execute("PRAGMA foreign_keys=ON")
     cur.close()
 
 
@@ -108,3 +117,37 @@ def create_tables(engine: Engine) -> None:
         names = set(inspect(engine).get_table_names())
         if not all(t.name in names for t in metadata.sorted_tables):
             raise
+
+
+class SqliteInUse(Exception):
+    """Another process holds this SQLite trail."""
+
+
+def lock_sqlite(url: str) -> IO[str] | None:
+    """Hold ``<file>.lock`` for this process's life: SQLite serves one process.
+
+    Two uvicorn workers (or two containers on one volume) would fight over the file lock
+    on every commit, with tail latencies near a second; the second one refuses to start.
+    """
+    u = make_url(url)
+    if u.get_backend_name() != "sqlite" or not u.database:
+        return None
+    path = Path(u.database).expanduser().resolve()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle = open(f"{path}.lock", "a+", encoding="utf-8")  # noqa: SIM115 - held until close
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.seek(0)
+        owner = handle.read().strip() or "another process"
+        handle.close()
+        raise SqliteInUse(
+            f"the SQLite audit trail {path} is already used by {owner}. SQLite serves one "
+            "process: run one worker, or give several workers or replicas one PostgreSQL "
+            "trail (IABMA_AUDIT_URL=postgresql+psycopg://...)"
+        ) from None
+    handle.seek(0)
+    handle.truncate()
+    handle.write(f"process {os.getpid()}\n")
+    handle.flush()
+    return handle

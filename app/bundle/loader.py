@@ -15,7 +15,7 @@ from pathlib import Path
 import onnxruntime as ort
 from pydantic import ValidationError
 
-from app.bundle.columns import feed, numeric_column, string_column
+from app.bundle.columns import numeric_column, string_column
 from app.bundle.manifest import (
     LATEST_FILE,
     MANIFEST_FILE,
@@ -96,6 +96,7 @@ def verify_files(path: Path, manifest: Manifest) -> None:
     """Refuse the bundle if any file's sha256 differs from the manifest's."""
     entries = [(e.file, e.sha256) for e in manifest.experts]
     entries.append((manifest.gate.file, manifest.gate.sha256))
+    entries.append((manifest.ensemble.file, manifest.ensemble.sha256))
     root = Path(path).resolve()
     for rel, expected in entries:
         file = (root / rel).resolve()
@@ -113,10 +114,15 @@ def verify_files(path: Path, manifest: Manifest) -> None:
 
 @dataclass(frozen=True)
 class OpenedBundle:
+    """A verified bundle with its one served graph open.
+
+    The per-expert and gate files are verified but not loaded: ``ensemble.onnx`` holds
+    them all, and loading them twice would double the memory of a large bundle.
+    """
+
     path: Path
     manifest: Manifest
-    experts: dict[str, ort.InferenceSession]
-    gate: ort.InferenceSession
+    session: ort.InferenceSession
 
 
 def session_options(intra_op_threads: int) -> ort.SessionOptions:
@@ -128,59 +134,67 @@ def session_options(intra_op_threads: int) -> ort.SessionOptions:
 
 
 def open_bundle(path: Path, *, intra_op_threads: int = 1) -> OpenedBundle:
-    """Validate, checksum and open every ONNX file of the bundle at ``path``."""
+    """Validate, checksum and open the served graph of the bundle at ``path``."""
     path = Path(path)
     manifest = read_manifest(path)
     verify_files(path, manifest)
-    opts = session_options(intra_op_threads)
-
-    def session(rel: str, declared: list[str], output: str) -> ort.InferenceSession:
-        try:
-            sess = ort.InferenceSession(
-                str(path / rel), sess_options=opts, providers=["CPUExecutionProvider"]
-            )
-        except Exception as exc:  # onnxruntime raises its own untyped errors
-            raise BundleError(f"onnxruntime cannot load {rel}: {exc}") from None
-        inputs = sorted(i.name for i in sess.get_inputs())
-        if inputs != sorted(declared):
-            raise BundleError(f"{rel} takes inputs {inputs}, the manifest says {sorted(declared)}")
-        if output not in {o.name for o in sess.get_outputs()}:
-            raise BundleError(f"{rel} has no output named {output!r}")
-        return sess
-
-    experts = {e.name: session(e.file, e.inputs, e.output) for e in manifest.experts}
-    gate = session(manifest.gate.file, manifest.gate.inputs, manifest.gate.output)
-    bundle = OpenedBundle(path=path, manifest=manifest, experts=experts, gate=gate)
+    rel = manifest.ensemble.file
+    try:
+        sess = ort.InferenceSession(
+            str(path / rel),
+            sess_options=session_options(intra_op_threads),
+            providers=["CPUExecutionProvider"],
+        )
+    except Exception as exc:  # onnxruntime raises its own untyped errors
+        raise BundleError(f"onnxruntime cannot load {rel}: {exc}") from None
+    inputs = sorted(i.name for i in sess.get_inputs())
+    declared = sorted(f.input for f in manifest.features)
+    if inputs != declared:
+        raise BundleError(f"{rel} takes inputs {inputs}, the manifest's features are {declared}")
+    missing = sorted(set(manifest.ensemble.outputs) - {o.name for o in sess.get_outputs()})
+    if missing:
+        raise BundleError(f"{rel} lacks the outputs {missing}")
+    bundle = OpenedBundle(path=path, manifest=manifest, session=sess)
     check_shapes(bundle)
     return bundle
 
 
-def check_shapes(bundle: OpenedBundle) -> None:
-    """Run one all-missing row through every graph: the widths must match the manifest.
-
-    This also warms the sessions up, so the first request does not pay for it.
-    """
-    m = bundle.manifest
-    row = {
+def missing_row(manifest: Manifest) -> dict[str, object]:
+    """One row with every feature missing, as the graph takes it."""
+    return {
         f.input: numeric_column([None])
         if f.dtype == "float"
-        else string_column([None], m.missing_token)
-        for f in m.features
+        else string_column([None], manifest.missing_token)
+        for f in manifest.features
     }
+
+
+def check_shapes(bundle: OpenedBundle) -> None:
+    """Run one all-missing row through the graph: the widths must match the manifest.
+
+    This also warms the session up, so the first request does not pay for it.
+    """
+    m = bundle.manifest
+    names = m.ensemble.outputs
     try:
-        (w,) = bundle.gate.run([m.gate.output], feed(row, m.gate.inputs))
+        got = dict(zip(names, bundle.session.run(names, missing_row(m)), strict=True))
     except Exception as exc:  # onnxruntime's errors are untyped
-        raise BundleError(f"{m.gate.file} fails on a row of missing values: {exc}") from None
-    if w.shape != (1, len(m.experts)):
+        raise BundleError(f"{m.ensemble.file} fails on a row of missing values: {exc}") from None
+    n_experts = len(m.experts)
+    if got["weights"].shape != (1, n_experts):
         raise BundleError(
-            f"{m.gate.file}: gate outputs {w.shape[-1]} weights, the manifest lists "
-            f"{len(m.experts)} experts"
+            f"{m.ensemble.file}: the gate outputs {got['weights'].shape[-1]} weights, the "
+            f"manifest lists {n_experts} experts"
         )
-    width = len(m.target.classes or []) if m.task == "classification" else 1
-    for e in m.experts:
-        try:
-            (out,) = bundle.experts[e.name].run([e.output], feed(row, e.inputs))
-        except Exception as exc:
-            raise BundleError(f"{e.file} fails on a row of missing values: {exc}") from None
-        if out.reshape(1, -1).shape[1] != width:
-            raise BundleError(f"{e.file} outputs {out.shape}, expected {width} value(s) per row")
+    if m.task == "classification":
+        width = len(m.target.classes or [])
+        if got["expert_probabilities"].shape != (1, n_experts, width):
+            raise BundleError(
+                f"{m.ensemble.file}: experts output {got['expert_probabilities'].shape[1:]}, "
+                f"expected ({n_experts}, {width}) probabilities"
+            )
+    elif got["expert_means"].shape != (1, n_experts):
+        raise BundleError(
+            f"{m.ensemble.file}: experts output {got['expert_means'].shape[1:]} means, "
+            f"expected {n_experts}"
+        )

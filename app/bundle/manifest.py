@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from app.bundle.normalise import Normaliser
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 MANIFEST_FILE = "manifest.json"
 LATEST_FILE = "LATEST"
 # Categorical missing values travel through every ONNX graph as this string, so the
@@ -156,13 +156,28 @@ class GateEntry(_Strict):
         return v
 
 
+class EnsembleEntry(_Strict):
+    """The served graph: experts, gate and mixture fused (see training/export/ensemble.py)."""
+
+    file: str
+    sha256: str
+    outputs: list[str]
+
+    @field_validator("sha256")
+    @classmethod
+    def _hex(cls, v: str) -> str:
+        if not _SHA256.match(v):
+            raise ValueError("sha256 must be 64 lowercase hex characters")
+        return v
+
+
 class MixtureSpec(_Strict):
     # Post-hoc temperature on the mixture (1.0 = none); see app.bundle.mixture.
     temperature: Annotated[float, Field(gt=0)] = 1.0
 
 
 class Manifest(_Strict):
-    schema_version: Literal[2] = SCHEMA_VERSION
+    schema_version: Literal[3] = SCHEMA_VERSION
     name: str
     version: str
     task: Task
@@ -170,6 +185,7 @@ class Manifest(_Strict):
     target: TargetSpec
     experts: list[ExpertEntry]
     gate: GateEntry
+    ensemble: EnsembleEntry
     mixture: MixtureSpec = MixtureSpec()
     missing_token: str = MISSING_TOKEN
     input_rule: InputRule
@@ -210,7 +226,7 @@ class Manifest(_Strict):
                 raise ValueError("every regression expert needs sigma and output_units")
         if self.gate.prior is not None and len(self.gate.prior.baseline) != len(experts):
             raise ValueError("the prior baseline needs one value per expert")
-        files = [e.file for e in self.experts] + [self.gate.file]
+        files = [e.file for e in self.experts] + [self.gate.file, self.ensemble.file]
         if len(set(files)) != len(files):
             raise ValueError("bundle files must be distinct")
         for f in files:

@@ -6,7 +6,6 @@ by what onnxruntime computes in float32. Pure numpy: no scipy on the serving pat
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -27,14 +26,97 @@ def clip_proba(proba: np.ndarray, eps: float = PROBA_EPS) -> np.ndarray:
     return p / p.sum(axis=-1, keepdims=True)
 
 
-def erfc(x: np.ndarray) -> np.ndarray:
-    """Complementary error function, exact to double precision (``math.erfc``).
+# Cephes (Moshier) rational approximations: erf on |x| < 1, erfc on [1, 8) and beyond.
+_ERF_T = (
+    9.60497373987051638749e0,
+    9.00260197203842689217e1,
+    2.23200534594684319226e3,
+    7.00332514112805075473e3,
+    5.55923013010394962768e4,
+)
+_ERF_U = (
+    1.0,
+    3.35617141647503099647e1,
+    5.21357949780152679795e2,
+    4.59432382970980127987e3,
+    2.26290000613890934246e4,
+    4.92673942608635921086e4,
+)
+_ERFC_P = (
+    2.46196981473530512524e-10,
+    5.64189564831068821977e-1,
+    7.46321056442269912687e0,
+    4.86371970985681366614e1,
+    1.96520832956077098242e2,
+    5.26445194995477358631e2,
+    9.34528527171957607540e2,
+    1.02755188689515710272e3,
+    5.57535335369399327526e2,
+)
+_ERFC_Q = (
+    1.0,
+    1.32281951154744992508e1,
+    8.67072140885989742329e1,
+    3.54937778887819891062e2,
+    9.75708501743205489753e2,
+    1.82390916687909736289e3,
+    2.24633760818710981792e3,
+    1.65666309194161350182e3,
+    5.57535340817727675546e2,
+)
+_ERFC_R = (
+    5.64189583547755073984e-1,
+    1.27536670759978104416e0,
+    5.01905042251180477414e0,
+    6.16021097993053585195e0,
+    7.40974269950448939160e0,
+    2.97886665372100240670e0,
+)
+_ERFC_S = (
+    1.0,
+    2.26052863220117276590e0,
+    9.39603524938001434673e0,
+    1.20489539808096656605e1,
+    1.70814450747565897222e1,
+    9.60896809063285878198e0,
+    3.36907645100081516050e0,
+)
 
-    Element by element through ``math`` rather than a vectorised approximation: the serving
-    path has no scipy, and for the few values of a small batch this is also the faster.
+
+def _polyval(coefficients: tuple[float, ...], x: np.ndarray) -> np.ndarray:
+    out = np.full_like(x, coefficients[0])
+    for c in coefficients[1:]:
+        out = out * x + c
+    return out
+
+
+def erfc(x: np.ndarray) -> np.ndarray:
+    """Complementary error function, vectorised, within 1e-14 relative of ``math.erfc``.
+
+    Cephes' rational approximations: the serving path has no scipy, and a Python call
+    per element (``math.erfc``) cost milliseconds on a 1000-row batch.
     """
-    arr = np.asarray(x, dtype=np.float64)
-    return np.fromiter(map(math.erfc, arr.ravel()), np.float64, arr.size).reshape(arr.shape)
+    x = np.asarray(x, dtype=np.float64)
+    a = np.abs(x)
+    out = np.empty_like(x)
+    small = a < 1.0
+    if small.any():
+        z = x[small] * x[small]
+        out[small] = 1.0 - x[small] * _polyval(_ERF_T, z) / _polyval(_ERF_U, z)
+    big = ~small
+    if big.any():
+        ab = a[big]
+        with np.errstate(under="ignore"):
+            e = np.exp(-ab * ab)
+        near = ab < 8.0
+        ratio = np.where(
+            near,
+            _polyval(_ERFC_P, ab) / _polyval(_ERFC_Q, ab),
+            _polyval(_ERFC_R, ab) / _polyval(_ERFC_S, ab),
+        )
+        y = e * ratio
+        out[big] = np.where(x[big] < 0.0, 2.0 - y, y)
+    return out
 
 
 def normal_cdf(z: np.ndarray) -> np.ndarray:
@@ -69,28 +151,33 @@ def temper_proba(proba: np.ndarray, temperature: float) -> np.ndarray:
 
 @dataclass(frozen=True)
 class ClassMixture:
-    proba: np.ndarray  # (n, C) mixture probabilities
+    proba: np.ndarray  # (n, C) mixture probabilities, sum_j alpha_j f~_j
     total: np.ndarray  # predictive entropy of the mixture
-    aleatoric: np.ndarray  # sum_j alpha_j H(f_j)
-    epistemic: np.ndarray  # total - aleatoric: the experts' disagreement
+    aleatoric: np.ndarray  # sum_j alpha_j H(f~_j)
+    epistemic: np.ndarray  # total - aleatoric: the experts' disagreement (mutual information)
     selection: np.ndarray  # normalised entropy of alpha
 
 
 def mix_classification(
     weights: np.ndarray, proba: np.ndarray, temperature: float = 1.0
 ) -> ClassMixture:
-    """Mix clipped expert probabilities ``proba`` (n, m, C) with ``weights`` (n, m)."""
+    """Mix expert probabilities ``proba`` (n, m, C) with ``weights`` (n, m).
+
+    Each expert is clipped, then tempered (``f~_j ∝ f_j ** (1/T)``) before mixing, and
+    every entropy is taken on the tempered experts, so ``total = aleatoric + epistemic``
+    holds exactly (the mutual-information identity) at every temperature.
+    """
     w = np.asarray(weights, dtype=np.float64)
-    p = clip_proba(proba)
+    p = temper_proba(clip_proba(proba), temperature)
     mixed = np.einsum("nm,nmc->nc", w, p)
-    mixed = temper_proba(mixed / mixed.sum(axis=1, keepdims=True), temperature)
+    mixed = mixed / mixed.sum(axis=1, keepdims=True)
     total = entropy(mixed)
     aleatoric = np.einsum("nm,nm->n", w, entropy(p))
     return ClassMixture(
         proba=mixed,
         total=total,
         aleatoric=aleatoric,
-        epistemic=np.maximum(total - aleatoric, 0.0),
+        epistemic=total - aleatoric,
         selection=selection_uncertainty(w),
     )
 
@@ -199,4 +286,40 @@ def mix_regression(
         weights=np.asarray(weights, dtype=np.float64),
         means=np.asarray(means, dtype=np.float64),
         sigmas=np.asarray(sigmas, dtype=np.float64) * temperature,
+    )
+
+
+INTERVAL = 0.90
+
+
+@dataclass(frozen=True)
+class RegressionSummary:
+    """A regression mixture in the target's original units."""
+
+    mean: np.ndarray
+    std: np.ndarray
+    lower: np.ndarray
+    upper: np.ndarray
+    expert_means: np.ndarray  # (n, m)
+    aleatoric: np.ndarray  # variances
+    epistemic: np.ndarray
+    total: np.ndarray
+
+
+def summarise_regression(
+    reg: RegressionMixture, y_mean: float, y_scale: float, interval: float = INTERVAL
+) -> RegressionSummary:
+    """Mean, std, central interval and variance split of ``reg`` in original units."""
+    a, b = y_mean, y_scale
+    tail = (1.0 - interval) / 2.0
+    bounds = reg.quantiles([tail, 1.0 - tail])
+    return RegressionSummary(
+        mean=reg.mean * b + a,
+        std=np.sqrt(reg.variance) * b,
+        lower=bounds[:, 0] * b + a,
+        upper=bounds[:, 1] * b + a,
+        expert_means=reg.means * b + a,
+        aleatoric=reg.aleatoric * b * b,
+        epistemic=reg.epistemic * b * b,
+        total=reg.variance * b * b,
     )

@@ -1,79 +1,65 @@
-"""Run an opened bundle on a batch of raw columns: gate, experts, mixture, prior.
+"""Run an opened bundle on a batch of raw columns: one call of the fused graph.
 
-One onnxruntime call per graph per batch. The HTTP layer and the parity tests both go
-through :class:`BundlePredictor`, so what is tested is what is served.
+``ensemble.onnx`` computes the weights, every expert, the mixture and its uncertainty;
+numpy adds only the regression interval, which needs a root-finder. The HTTP layer, the
+parity tests and ``iabma check`` all go through :class:`BundlePredictor`, so what is
+tested is what is served.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
-from app.bundle.columns import feed
 from app.bundle.loader import OpenedBundle
-from app.bundle.mixture import (
-    ClassMixture,
-    RegressionMixture,
-    clip_proba,
-    mix_classification,
-    mix_regression,
-)
+from app.bundle.mixture import INTERVAL, RegressionMixture, mix_regression
 from app.bundle.prior import classification_energy, prior_from_energy, regression_energy
-
-INTERVAL = 0.90
 
 
 @dataclass(frozen=True)
-class BatchPrediction:
+class Prediction:
+    """One batch's answer, as arrays; regression values are in the target's units."""
+
     weights: np.ndarray  # (n, m)
-    classes: ClassMixture | None = None
+    uncertainty: np.ndarray  # (n, 4): total, aleatoric, epistemic, selection
+    seconds: float  # the graph's run time
+    proba: np.ndarray | None = None  # classification: (n, C)
     expert_proba: np.ndarray | None = None  # (n, m, C), clipped
-    regression: RegressionMixture | None = None
-    timings: dict[str, float] = field(default_factory=dict)  # seconds per graph
+    mean: np.ndarray | None = None  # regression: (n,)
+    std: np.ndarray | None = None  # (n,)
+    interval: np.ndarray | None = None  # (n, 2), central INTERVAL
+    expert_means: np.ndarray | None = None  # (n, m)
 
     @property
     def n(self) -> int:
         return int(self.weights.shape[0])
 
+    @property
+    def label_index(self) -> np.ndarray:
+        assert self.proba is not None
+        return self.proba.argmax(axis=1)
 
-@dataclass(frozen=True)
-class RegressionSummary:
-    """A regression mixture in the target's original units."""
-
-    mean: np.ndarray
-    std: np.ndarray
-    lower: np.ndarray
-    upper: np.ndarray
-    expert_means: np.ndarray  # (n, m)
-    aleatoric: np.ndarray  # variances
-    epistemic: np.ndarray
-    total: np.ndarray
-
-
-def summarise_regression(
-    reg: RegressionMixture, y_mean: float, y_scale: float, interval: float = INTERVAL
-) -> RegressionSummary:
-    """Mean, std, central interval and variance split of ``reg`` in original units."""
-    a, b = y_mean, y_scale
-    tail = (1.0 - interval) / 2.0
-    bounds = reg.quantiles([tail, 1.0 - tail])
-    return RegressionSummary(
-        mean=reg.mean * b + a,
-        std=np.sqrt(reg.variance) * b,
-        lower=bounds[:, 0] * b + a,
-        upper=bounds[:, 1] * b + a,
-        expert_means=reg.means * b + a,
-        aleatoric=reg.aleatoric * b * b,
-        epistemic=reg.epistemic * b * b,
-        total=reg.variance * b * b,
-    )
+    def rows(self, idx: np.ndarray) -> Prediction:
+        """The same answer for a subset of the rows."""
+        pick = lambda a: None if a is None else a[idx]  # noqa: E731
+        return Prediction(
+            weights=self.weights[idx],
+            uncertainty=self.uncertainty[idx],
+            seconds=self.seconds,
+            proba=pick(self.proba),
+            expert_proba=pick(self.expert_proba),
+            mean=pick(self.mean),
+            std=pick(self.std),
+            interval=pick(self.interval),
+            expert_means=pick(self.expert_means),
+        )
 
 
 class BundlePredictor:
-    """Stateless apart from the sessions; safe to call from several threads."""
+    """Stateless apart from the session; safe to call from several threads."""
 
     def __init__(self, bundle: OpenedBundle) -> None:
         self.bundle = bundle
@@ -81,59 +67,55 @@ class BundlePredictor:
         target = self.manifest.target
         self._y_mean = float(target.mean or 0.0)
         self._y_scale = float(target.scale or 1.0)
+        self._outputs = list(self.manifest.ensemble.outputs)
+        self._inputs = [i.name for i in bundle.session.get_inputs()]
+        self._sigmas = np.array([e.sigma or 1.0 for e in self.manifest.experts], dtype=np.float64)
+
+    def run(self, columns: Mapping[str, np.ndarray]) -> tuple[dict[str, np.ndarray], float]:
+        """The graph's named outputs for these columns, and the seconds it took."""
+        feed = {name: columns[name] for name in self._inputs}
+        t0 = time.perf_counter()
+        values = self.bundle.session.run(self._outputs, feed)
+        return dict(zip(self._outputs, values, strict=True)), time.perf_counter() - t0
+
+    def predict(self, columns: Mapping[str, np.ndarray], interval: bool = True) -> Prediction:
+        out, seconds = self.run(columns)
+        if self.manifest.task == "classification":
+            return Prediction(
+                weights=out["weights"],
+                uncertainty=out["uncertainty"],
+                seconds=seconds,
+                proba=out["probabilities"],
+                expert_proba=out["expert_probabilities"],
+            )
+        bounds = self.interval(out["weights"], out["expert_means"]) if interval else None
+        return Prediction(
+            weights=out["weights"],
+            uncertainty=out["uncertainty"],
+            seconds=seconds,
+            mean=out["mean"],
+            std=out["std"],
+            interval=bounds,
+            expert_means=out["expert_means"],
+        )
+
+    def mixture(self, weights: np.ndarray, expert_means: np.ndarray) -> RegressionMixture:
+        """The regression mixture in standardised units, after the temperature."""
+        standardised = (expert_means - self._y_mean) / self._y_scale
+        return mix_regression(
+            weights, standardised, self._sigmas, self.manifest.mixture.temperature
+        )
+
+    def interval(self, weights: np.ndarray, expert_means: np.ndarray) -> np.ndarray:
+        tail = (1.0 - INTERVAL) / 2.0
+        bounds = self.mixture(weights, expert_means).quantiles([tail, 1.0 - tail])
+        return bounds * self._y_scale + self._y_mean
 
     def gate_weights(self, columns: Mapping[str, np.ndarray]) -> tuple[np.ndarray, float]:
-        gate = self.manifest.gate
-        t0 = time.perf_counter()
-        (w,) = self.bundle.gate.run([gate.output], feed(columns, gate.inputs))
-        w = np.asarray(w, dtype=np.float64)
-        # float32 softmax rows can sum to 1 +- 1e-7; renormalise so they are a distribution.
-        return w / w.sum(axis=1, keepdims=True), time.perf_counter() - t0
+        out, seconds = self.run(columns)
+        return out["weights"], seconds
 
-    def expert_outputs(
-        self, columns: Mapping[str, np.ndarray]
-    ) -> tuple[np.ndarray, dict[str, float]]:
-        """(n, m, C) clipped probabilities, or (n, m) means in standardised units."""
-        outs, timings = [], {}
-        for entry in self.manifest.experts:
-            t0 = time.perf_counter()
-            (out,) = self.bundle.experts[entry.name].run(
-                [entry.output], feed(columns, entry.inputs)
-            )
-            timings[entry.name] = time.perf_counter() - t0
-            out = np.asarray(out, dtype=np.float64)
-            if self.manifest.task == "regression":
-                out = out.reshape(-1)
-                if entry.output_units == "original":
-                    out = (out - self._y_mean) / self._y_scale
-            outs.append(out)
-        stacked = np.stack(outs, axis=1)
-        if self.manifest.task == "classification":
-            stacked = clip_proba(stacked)
-        return stacked, timings
-
-    def sigmas(self) -> np.ndarray:
-        return np.array([e.sigma for e in self.manifest.experts], dtype=np.float64)
-
-    def predict(self, columns: Mapping[str, np.ndarray]) -> BatchPrediction:
-        weights, gate_seconds = self.gate_weights(columns)
-        outputs, timings = self.expert_outputs(columns)
-        timings["gate"] = gate_seconds
-        temperature = self.manifest.mixture.temperature
-        if self.manifest.task == "classification":
-            mixture = mix_classification(weights, outputs, temperature)
-            return BatchPrediction(
-                weights=weights, classes=mixture, expert_proba=outputs, timings=timings
-            )
-        reg = mix_regression(weights, outputs, self.sigmas(), temperature)
-        return BatchPrediction(weights=weights, regression=reg, timings=timings)
-
-    def summarise_regression(self, pred: BatchPrediction) -> RegressionSummary:
-        if pred.regression is None:
-            raise ValueError("summarise_regression needs a regression prediction")
-        return summarise_regression(pred.regression, self._y_mean, self._y_scale)
-
-    def prior(self, pred: BatchPrediction) -> np.ndarray | None:
+    def prior(self, pred: Prediction) -> np.ndarray | None:
         """The adaptive prior at these inputs, if the bundle's gate is IA-BMA's."""
         spec = self.manifest.gate.prior
         if spec is None:
@@ -141,8 +123,9 @@ class BundlePredictor:
         if pred.expert_proba is not None:
             energy = classification_energy(pred.expert_proba)
         else:
-            assert pred.regression is not None
-            scale = self.sigmas() if spec.energy_scale == "sigma" else 1.0
+            assert pred.expert_means is not None
+            means = (pred.expert_means - self._y_mean) / self._y_scale
+            scale = self._sigmas if spec.energy_scale == "sigma" else 1.0
             t = self.manifest.target
-            energy = regression_energy(pred.regression.means, scale, t.low or 0.0, t.high or 0.0)
+            energy = regression_energy(means, scale, t.low or 0.0, t.high or 0.0)
         return prior_from_energy(energy, np.asarray(spec.baseline), spec.temperature)

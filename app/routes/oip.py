@@ -10,17 +10,25 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
-from app import oip
 from app.body import json_body
+from app.codecs import oip
+from app.errors import NotFound
 from app.responses import json_response
+from app.routes.deps import ContextDep, ServiceDep
+from app.runtime import LoadedModel
 from app.schemas import OipError
 from app.service import Service
 
 OIP_ERRORS = {code: {"model": OipError} for code in (400, 404, 413, 503)}
 
 
-def _service(request: Request) -> Service:
-    return request.app.state.service
+def served(service: Service, name: str) -> LoadedModel:
+    model = service.runtime.require()
+    if name != model.name:
+        raise NotFound(
+            f"model {name!r} is not served here; this server serves {model.name!r}", "name"
+        )
+    return model
 
 
 async def server_metadata(request: Request) -> Response:
@@ -31,30 +39,29 @@ async def live() -> Response:
     return json_response({"live": True})
 
 
-async def ready(request: Request) -> Response:
-    ok = _service(request).runtime.ready
+async def ready(service: ServiceDep) -> Response:
+    ok = service.runtime.ready
     return json_response({"ready": ok}, status=200 if ok else 503)
 
 
-async def model_metadata(name: str, request: Request) -> Response:
-    return json_response(oip.metadata(oip.served(_service(request), name)))
+async def model_metadata(name: str, service: ServiceDep) -> Response:
+    return json_response(oip.metadata(served(service, name)))
 
 
-async def model_ready(name: str, request: Request) -> Response:
-    service = _service(request)
-    model = oip.served(service, name)
+async def model_ready(name: str, service: ServiceDep) -> Response:
+    model = served(service, name)
     ok = service.runtime.ready
     return json_response({"name": model.name, "ready": ok}, status=200 if ok else 503)
 
 
-async def infer(name: str, request: Request) -> Response:
-    service = _service(request)
-    oip.served(service, name)
+async def infer(name: str, request: Request, service: ServiceDep, ctx: ContextDep) -> Response:
+    model = served(service, name)
     body = await json_body(request, service.settings.max_body_bytes)
-    state = request.scope["state"]
-    return json_response(
-        await oip.infer(service, name, body, state["request_id"], state["started"])
+    inference, requested = oip.decode(body, model, service.settings.max_batch_rows)
+    content = await service.infer(
+        model, inference, ctx, lambda result: oip.encode(result, requested, ctx.request_id)
     )
+    return json_response(content)
 
 
 def router() -> APIRouter:

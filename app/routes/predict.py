@@ -6,15 +6,18 @@ from fastapi import APIRouter, Request
 from starlette.responses import Response
 
 from app.body import json_body
+from app.codecs import native
 from app.responses import json_response
+from app.routes.deps import ContextDep, ServiceDep
 from app.schemas import ERRORS, PredictRequest, PredictResponse
-from app.service import Service
 
 DESCRIPTION = """
-Every ONNX graph of the bundle runs once for the whole batch. Per instance the answer holds
-the prediction (a label with class probabilities, or a mean with std and a 90% interval),
-the gate's `weights` per expert, each expert's own prediction, and the `uncertainty`
-split (total, aleatoric, epistemic, selection). The response is sent only after its audit
+The bundle's fused graph runs once for the whole batch. Per instance the answer holds the
+prediction (a label with class probabilities, or a mean with std and a 90% interval), the
+gate's `weights` per expert, each expert's own prediction, and the `uncertainty` split
+(total, aleatoric, epistemic, selection). Batch clients can ask for `"format": "columnar"`
+(one array per field) and for fewer parts with `"include"` (e.g. `["prediction",
+"weights"]` leaves out the experts' own predictions). The response is sent only after its audit
 record is committed (503 if the audit store is unavailable).
 
 Bad input is a 4xx naming the field: a missing or unknown feature, a wrong type, NaN or
@@ -25,11 +28,13 @@ or a content type other than `application/json` (415).
 """
 
 
-async def predict(request: Request) -> Response:
-    service: Service = request.app.state.service
+async def predict(request: Request, service: ServiceDep, ctx: ContextDep) -> Response:
+    model = service.runtime.require()
     body = await json_body(request, service.settings.max_body_bytes)
-    state = request.scope["state"]
-    content = await service.predict(body, state["request_id"], state["started"])
+    inference, opts = native.decode(body, model, service.settings.max_batch_rows)
+    content = await service.infer(
+        model, inference, ctx, lambda result: native.encode(result, opts, ctx.request_id)
+    )
     return json_response(content)
 
 

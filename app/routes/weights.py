@@ -7,15 +7,12 @@ from starlette.responses import Response
 
 from app import weights as logic
 from app.responses import json_response
+from app.routes.deps import ContextDep, ServiceDep
 from app.schemas import ERRORS, AuditRecordOut, GateWeights, RecordPage
-from app.service import Service
 
 
-async def weights(request: Request) -> Response:
-    service: Service = request.app.state.service
-    result = await logic.weights(
-        service, request.query_params.multi_items(), request.scope["state"]["request_id"]
-    )
+async def weights(request: Request, service: ServiceDep, ctx: ContextDep) -> Response:
+    result = await logic.weights(service, request.query_params.multi_items(), ctx.request_id)
     return json_response(result)
 
 

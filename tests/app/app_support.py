@@ -63,8 +63,16 @@ def pg_schema(url: str) -> str:
     return url.rsplit("%3D", 1)[-1]
 
 
-def pg_count(url: str, table: str = "iabma_audit_records") -> int:
+def pg_count(url: str, table: str = "iabma_audit_log") -> int:
     with psycopg.connect(PG_DSN) as conn:
         row = conn.execute(f'select count(*) from "{pg_schema(url)}".{table}').fetchone()
     assert row is not None
     return int(row[0])
+
+
+AUDITED = ("prediction", "weights", "uncertainty")
+
+
+def audited(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A response's instances as the audit trail keeps them: no experts' own outputs."""
+    return [{k: item[k] for k in AUDITED} for item in items]

@@ -19,6 +19,7 @@ from app_support import PG_DSN, Bundles, make_settings, pg_schema
 
 from app.audit.records import AuditRecord, now_us
 from app.audit.store import AuditStore
+from app.audit.tables import SqliteInUse
 from app.audit.writer import AuditWriter
 from app.metrics import ServiceMetrics
 
@@ -50,7 +51,7 @@ class Trail:
             conn.execute(sql)
 
     def count(self) -> int:
-        return int(self.rows("select count(*) from iabma_audit_records")[0][0])
+        return int(self.rows("select count(*) from iabma_audit_log")[0][0])
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
@@ -96,17 +97,22 @@ def test_n_concurrent_requests_give_n_records(
             responses = app.run(_burst(app.base_url, rows, httpx.ASGITransport(app=app.app)))
         assert [r.status_code for r in responses] == [200] * N
         assert trail.count() == N
-        stored = dict(trail.rows("select request_id, predictions_json from iabma_audit_records"))
+        stored = dict(trail.rows("select request_id, weights from iabma_audit_log"))
         for r in responses:
             rid = r.json()["request_id"]
-            assert json.loads(stored[rid]) == r.json()["predictions"]
+            sent = r.json()["predictions"]
+            # The record keeps the answer as arrays, without the experts' own outputs.
+            w = np.frombuffer(stored[rid], "<f8").reshape(1, -1)[0]
+            assert w.tolist() == list(sent[0]["weights"].values())
             back = app.get("/weights", params={"request_id": rid}).json()
-            assert back["predictions"] == r.json()["predictions"]
+            assert back["predictions"] == [
+                {k: item[k] for k in ("prediction", "weights", "uncertainty")} for item in sent
+            ]
             assert back["version"] == r.json()["version"]
         commits = sum(v[2] for v in app.service.metrics.audit_commit_seconds.values.values())
         assert commits < N, "concurrent records share group commits"
     weights = trail.rows(
-        "select expert, sum(weight_sum), sum(n) from iabma_audit_expert_weights group by expert"
+        "select expert, sum(weight_sum), sum(n) from iabma_audit_weights group by expert"
     )
     for expert, total, n in weights:
         assert int(n) == N
@@ -124,7 +130,7 @@ def test_payload_modes(mode: str, trail: Trail, serve: Callable[..., Any]) -> No
         stored = app.get("/weights", params={"request_id": "p-1"}).json()["input"]
     canonical = json.dumps(instances[:1], sort_keys=True, separators=(",", ":")).encode()
     digest = hashlib.sha256(canonical).hexdigest()
-    ((raw_json, raw_hash),) = trail.rows("select input_json, input_sha256 from iabma_audit_records")
+    ((raw_json, raw_hash),) = trail.rows("select input_json, input_hash from iabma_audit_log")
     if mode == "full":
         assert stored == {"mode": "full", "sha256": digest, "instances": instances[:1]}
         assert json.loads(raw_json) == instances[:1] and raw_hash == digest
@@ -143,7 +149,7 @@ def test_store_failure_is_a_503_and_records_nothing(
         ok = app.post("/predict", json={"instances": [{"x1": 0.1, "x2": 0.2}]})
         assert ok.status_code == 200
         # The second insert of the group commit fails: the whole transaction must roll back.
-        trail.execute("drop table iabma_audit_expert_weights")
+        trail.execute("drop table iabma_audit_weights")
         r = app.post("/predict", json={"instances": [{"x1": 0.3, "x2": 0.4}]})
         assert r.status_code == 503, r.text
         assert r.json()["error"]["code"] == "audit_unavailable"
@@ -163,8 +169,10 @@ def _record(rid: str) -> AuditRecord:
         route="predict",
         task="classification",
         experts=("a", "b"),
+        classes=(0, 1),
         weights=np.array([[0.25, 0.75]]),
-        items=[{"weights": {"a": 0.25, "b": 0.75}}],
+        prediction=np.array([[0.4, 0.6]]),
+        uncertainty=np.array([[0.67, 0.6, 0.07, 0.81]]),
         latency_ms=1.0,
         input_mode="hash",
         instances=[{"x": 1}],
@@ -187,11 +195,13 @@ def test_closing_the_writer_flushes_the_queue(trail: Trail) -> None:
 
     assert asyncio.run(main()) == [None] * 25
     assert trail.count() == 25
-    groups = trail.rows("select count(*) from iabma_audit_expert_weights")[0][0]
+    groups = trail.rows("select count(*) from iabma_audit_weights")[0][0]
     assert groups == 50
 
 
-def test_tables_are_created_once_by_racing_writers(trail: Trail) -> None:
+def test_tables_are_created_once_by_racing_writers(pg_url: str) -> None:
+    """Replicas sharing PostgreSQL start together; each creates what is missing."""
+    trail = Trail(pg_url, None)
     stores = [AuditStore(trail.url, 10.0) for _ in range(4)]
 
     async def main() -> None:
@@ -204,6 +214,22 @@ def test_tables_are_created_once_by_racing_writers(trail: Trail) -> None:
     assert trail.count() == 4
 
 
+def test_a_sqlite_trail_serves_one_process(tmp_path: Path) -> None:
+    """A second writer on the same SQLite file (another worker, or a second container on
+    the volume) is refused at start-up instead of fighting over the file lock."""
+    url = f"sqlite:///{tmp_path / 'audit.db'}"
+    first = AuditStore(url, 10.0)
+    first.prepare()
+    try:
+        with pytest.raises(SqliteInUse, match="already used by process .* serves one process"):
+            AuditStore(url, 10.0).prepare()
+    finally:
+        first.close()
+    second = AuditStore(url, 10.0)
+    second.prepare()  # free again once the first one has closed
+    second.close()
+
+
 def test_sqlite_default_creates_var_in_the_working_directory(
     bundles: Bundles, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -214,7 +240,7 @@ def test_sqlite_default_creates_var_in_the_working_directory(
     assert (tmp_path / "var" / "audit.db").is_file()
     with sqlite3.connect(tmp_path / "var" / "audit.db") as conn:
         assert conn.execute("pragma journal_mode").fetchone()[0] == "wal"
-        assert conn.execute("select count(*) from iabma_audit_records").fetchone()[0] == 1
+        assert conn.execute("select count(*) from iabma_audit_log").fetchone()[0] == 1
 
 
 def test_a_disabled_trail_writes_nothing_and_says_so(

@@ -189,7 +189,12 @@ CASES = [
         "expected an object, got an array",
     ),
     Case(
-        "no instances", {"rows": [OK_ROW]}, 422, "unknown_field", "rows", "takes only 'instances'"
+        "no instances",
+        {"rows": [OK_ROW]},
+        422,
+        "unknown_field",
+        "rows",
+        "the body takes instances, format, include",
     ),
     Case("missing instances", {}, 422, "missing_field", "instances", "missing"),
     Case(

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import httpx
 from app_harness import PYTHON, ROOT, UvicornProcess
-from app_support import Bundles, pg_count
+from app_support import Bundles, audited, pg_count
 
 N = 40
 
@@ -73,7 +73,7 @@ def test_two_workers_share_one_postgres_trail(
             back = httpx.get(
                 served.base_url + "/weights", params={"request_id": r.json()["request_id"]}
             )
-            assert back.json()["predictions"] == r.json()["predictions"]
+            assert back.json()["predictions"] == audited(r.json()["predictions"])
         page = httpx.get(served.base_url + "/weights", params={"limit": 1000}).json()
         assert page["aggregate"]["records"] == N
         _, _, err = served.terminate()

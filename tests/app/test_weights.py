@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import pytest
 from app_harness import AsgiHarness, UvicornHarness, harness
-from app_support import Bundles, make_settings
+from app_support import Bundles, audited, make_settings
 
 from app.schemas import AuditRecordOut, GateWeights, RecordPage
 
@@ -69,7 +69,7 @@ def test_record_by_request_id_equals_the_response(demo: Client) -> None:
     got = demo.get("/weights", params={"request_id": "rec-1"})
     assert got.status_code == 200, got.text
     record = AuditRecordOut.model_validate(got.json()).model_dump()
-    assert record["predictions"] == r.json()["predictions"]
+    assert record["predictions"] == audited(r.json()["predictions"])
     assert (record["model"], record["version"], record["request_id"]) == (
         "demo", r.json()["version"], "rec-1",
     )  # fmt: skip
@@ -91,7 +91,7 @@ def test_pages_cover_every_record_once_with_aggregates(demo: Client, bundles: Bu
             headers={"X-Request-ID": rid},
         )
         assert r.status_code == 200
-        answers[rid] = r.json()["predictions"]
+        answers[rid] = audited(r.json()["predictions"])
     seen: list[str] = []
     cursor = None
     pages = 0

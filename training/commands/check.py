@@ -92,18 +92,19 @@ def replay(
     model: Any, rows: list[dict[str, Any]], batch: int, invalid: type[Exception]
 ) -> tuple[dict[int, Any], list[Refusal]]:
     """Predictions per 0-based row index, and the refused rows with their reasons."""
-    from app.inference import run as run_graphs
-    from app.inputs import instance_field
+    from app.codecs import native
+    from app.plane import check_finite
 
-    table = model.features
     done: dict[int, Any] = {}
     refused: list[Refusal] = []
 
     def one_batch(start: int, chunk: list[dict[str, Any]]) -> None:
-        columns = table.columns(chunk, instance_field)
-        outcome = run_graphs(model, columns, lambda i: f"instances[{i}]")
+        # The same decoding, graph and checks as POST /predict, without HTTP and audit.
+        request, _ = native.decode({"instances": chunk}, model, len(chunk))
+        pred = model.predictor.predict(request.columns)
+        check_finite(model, pred, request.row_field)
         for i in range(len(chunk)):
-            done[start + i] = (outcome, i)
+            done[start + i] = (pred, i)
 
     for start in range(0, len(rows), batch):
         chunk = rows[start : start + batch]

@@ -26,6 +26,7 @@ from app.bundle.loader import sha256_file
 from app.bundle.manifest import (
     LATEST_FILE,
     MANIFEST_FILE,
+    EnsembleEntry,
     ExpertEntry,
     GateEntry,
     Manifest,
@@ -36,11 +37,13 @@ from app.bundle.manifest import (
 )
 from training.errors import ExportError, ParameterError
 from training.estimator import IABMAClassifier, IABMARegressor, as_frame
+from training.export.ensemble import CLASSIFICATION_OUTPUTS, REGRESSION_OUTPUTS, write_ensemble
 from training.export.experts import write_expert
 from training.export.graph import GraphBuilder
 from training.gate.iabma_gate import IABMAGate
 
 GATE_TOL = 1e-5
+ENSEMBLE_FILE = "ensemble.onnx"
 LIBRARIES = (
     "numpy",
     "scikit-learn",
@@ -179,6 +182,8 @@ def export_bundle(
                 )
             )
         gate_diff = write_gate(est, tmp / "gate.onnx", X_check)
+        original = [e.output_units == "original" for e in experts]
+        ensemble_diff = write_ensemble(est, tmp / ENSEMBLE_FILE, X_check, original)
         comb = est.combiner_
         prior = None
         if isinstance(comb, IABMAGate):
@@ -194,6 +199,7 @@ def export_bundle(
             "random_state": est.random_state,
             "gate_fit_seconds": round(est.gate_fit_seconds_, 4),
             "gate_parity_max_abs_diff": gate_diff,
+            "ensemble_parity_max_abs_diff": ensemble_diff,
             "n_train_rows": int(est.evidence_.n),
             # Rows where a kNN expert's graph picked other, equally distant neighbours.
             "expert_tied_rows": {
@@ -216,6 +222,13 @@ def export_bundle(
                 inputs=est.encoder_.schema.inputs,
                 params=comb.manifest_params(),
                 prior=prior,
+            ),
+            ensemble=EnsembleEntry(
+                file=ENSEMBLE_FILE,
+                sha256=sha256_file(tmp / ENSEMBLE_FILE),
+                outputs=list(
+                    CLASSIFICATION_OUTPUTS if est._task == "classification" else REGRESSION_OUTPUTS
+                ),
             ),
             mixture=MixtureSpec(temperature=est.mixture_temperature_),
             input_rule=est.schema_.input_rule(),

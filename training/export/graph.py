@@ -23,25 +23,39 @@ INT64 = TensorProto.INT64
 class GraphBuilder:
     """Accumulates nodes, initializers, inputs and outputs; names are made unique."""
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, prefix: str = "") -> None:
         self.name = name
+        self.prefix = prefix  # keeps this builder's names apart from graphs merged in
         self.nodes: list[onnx.NodeProto] = []
         self.initializers: list[onnx.TensorProto] = []
+        self.sparse_initializers: list[onnx.SparseTensorProto] = []
         self.inputs: list[onnx.ValueInfoProto] = []
         self.outputs: list[onnx.ValueInfoProto] = []
+        self.opsets = {"": OPSET, "ai.onnx.ml": ML_OPSET}
+        self.ir_version = 8
+        self._input_types: dict[str, int] = {}
         self._ids = itertools.count()
 
     def fresh(self, hint: str) -> str:
-        return f"{hint}_{next(self._ids)}"
+        return f"{self.prefix}{hint}_{next(self._ids)}"
 
     def add_input(self, name: str, elem_type: int, width: int = 1) -> str:
-        self.inputs.append(helper.make_tensor_value_info(name, elem_type, [None, width]))
+        """Declare a graph input once; a second declaration must agree with the first."""
+        known = self._input_types.get(name)
+        if known is None:
+            self.inputs.append(helper.make_tensor_value_info(name, elem_type, [None, width]))
+            self._input_types[name] = elem_type
+        elif known != elem_type:
+            raise ValueError(f"graph input {name!r} declared with two element types")
         return name
 
-    def add_output(self, name: str, source: str, elem_type: int = FLOAT) -> str:
+    def add_output(self, name: str, source: str, elem_type: int = FLOAT, rank: int = 2) -> str:
         self.op("Identity", [source], out=name)
-        self.outputs.append(helper.make_tensor_value_info(name, elem_type, [None, None]))
+        self.outputs.append(helper.make_tensor_value_info(name, elem_type, [None] * rank))
         return name
+
+    def require_opset(self, domain: str, version: int) -> None:
+        self.opsets[domain] = max(self.opsets.get(domain, version), version)
 
     def const(
         self,
@@ -87,17 +101,19 @@ class GraphBuilder:
 
     def build(self) -> onnx.ModelProto:
         graph = helper.make_graph(
-            self.nodes, self.name, self.inputs, self.outputs, initializer=self.initializers
+            self.nodes,
+            self.name,
+            self.inputs,
+            self.outputs,
+            initializer=self.initializers,
+            sparse_initializer=self.sparse_initializers,
         )
         model = helper.make_model(
             graph,
-            opset_imports=[
-                helper.make_opsetid("", OPSET),
-                helper.make_opsetid("ai.onnx.ml", ML_OPSET),
-            ],
+            opset_imports=[helper.make_opsetid(d, v) for d, v in self.opsets.items()],
             producer_name="iabma",
         )
-        model.ir_version = 8
+        model.ir_version = self.ir_version
         onnx.checker.check_model(model, full_check=True)
         return model
 

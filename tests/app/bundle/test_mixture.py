@@ -20,9 +20,13 @@ from app.bundle.mixture import (
 )
 
 
-def test_erfc_is_exact() -> None:
-    x = np.linspace(-6, 6, 1001).reshape(7, 143)
-    assert np.array_equal(erfc(x), np.vectorize(math.erfc)(x))
+def test_erfc_matches_the_standard_library() -> None:
+    x = np.concatenate([np.linspace(-30, 30, 60_001), [0.0, 1.0, -1.0, 8.0, -8.0]])
+    want = np.vectorize(math.erfc)(x)
+    got = erfc(x.reshape(6, -1)).ravel()  # any shape
+    assert np.abs(got - want).max() <= 1e-15
+    near = np.abs(x) <= 10
+    assert (np.abs(got - want)[near] / want[near]).max() <= 1e-14
 
 
 def test_normal_ppf_start_is_close() -> None:
@@ -80,18 +84,30 @@ def test_regression_variance_is_the_law_of_total_variance(regression) -> None:
     )
 
 
-def test_classification_uncertainty_decomposes() -> None:
+@pytest.mark.parametrize("temperature", [0.3, 1.0, 3.0])
+def test_classification_uncertainty_decomposes_at_every_temperature(temperature: float) -> None:
+    """total = aleatoric + epistemic with epistemic the mutual information, computed here
+    independently as sum_j alpha_j KL(f~_j || mixture); nothing is clipped."""
     rng = np.random.default_rng(1)
     w = rng.dirichlet(np.ones(3), 50)
-    p = rng.dirichlet(np.ones(4), (50, 3))
-    mix = mix_classification(w, p)
-    assert np.allclose(mix.total, entropy(mix.proba))
-    assert np.allclose(mix.total, mix.aleatoric + mix.epistemic)
-    assert (mix.epistemic >= -1e-12).all()  # mutual information is non-negative
+    p = rng.dirichlet(np.ones(4) * 0.3, (50, 3))
+    mix = mix_classification(w, p, temperature)
+    clipped = np.clip(p, 1e-6, 1 - 1e-6)
+    clipped /= clipped.sum(axis=2, keepdims=True)
+    tempered = clipped ** (1 / temperature)
+    tempered /= tempered.sum(axis=2, keepdims=True)
+    mixture = np.einsum("nm,nmc->nc", w, tempered)
+    np.testing.assert_allclose(mix.proba, mixture, rtol=0, atol=1e-12)
+    kl = (tempered * np.log(tempered / mixture[:, None, :])).sum(axis=2)
+    np.testing.assert_allclose(mix.epistemic, (w * kl).sum(axis=1), rtol=0, atol=1e-12)
+    np.testing.assert_allclose(mix.total, entropy(mixture), rtol=0, atol=1e-12)
+    np.testing.assert_allclose(mix.total, mix.aleatoric + mix.epistemic, rtol=0, atol=1e-12)
+    assert (mix.epistemic > 0).all()
     assert (mix.selection >= 0).all() and (mix.selection <= 1 + 1e-12).all()
     one_expert = np.zeros_like(w)
     one_expert[:, 0] = 1.0
-    assert np.allclose(mix_classification(one_expert, p).selection, 0.0)
+    assert np.allclose(mix_classification(one_expert, p, temperature).selection, 0.0)
+    assert np.allclose(mix_classification(one_expert, p, temperature).epistemic, 0.0)
 
 
 def test_temperature() -> None:

@@ -34,18 +34,19 @@ def test_classification_parity_with_categorical_columns(credit_fit, credit_bundl
     assert est.schema_.categorical, "credit-g must exercise string columns"
     pred = BundlePredictor(open_bundle(credit_bundle)).predict(est.columns(X))
     assert np.abs(pred.weights - est.weights(X)).max() <= PARITY
-    assert np.abs(pred.classes.proba - est.predict_proba(X)).max() <= PARITY
+    assert np.abs(pred.proba - est.predict_proba(X)).max() <= PARITY
 
 
 def test_regression_parity(california_fit, california_bundle) -> None:
     est, X = california_fit.est, california_fit.test.X
     predictor = BundlePredictor(open_bundle(california_bundle))
     pred = predictor.predict(est.columns(X))
-    served = predictor.summarise_regression(pred)
     want = est.distribution(X)
     assert np.abs(pred.weights - est.weights(X)).max() <= PARITY
-    for field in ("mean", "std", "lower", "upper"):
-        diff = np.abs(getattr(served, field) - getattr(want, field)).max()
+    served = {"mean": pred.mean, "std": pred.std, "lower": pred.interval[:, 0],
+              "upper": pred.interval[:, 1]}  # fmt: skip
+    for field, value in served.items():
+        diff = np.abs(value - getattr(want, field)).max()
         assert diff <= PARITY, (field, diff)
 
 
@@ -160,4 +161,4 @@ def test_every_baseline_can_be_the_bundle_gate(combiner, simulation_fit, tmp_pat
     assert m.gate.combiner == combiner and m.gate.prior is None
     pred = BundlePredictor(open_bundle(path)).predict(est.columns(test.X))
     assert np.abs(pred.weights - est.weights(test.X)).max() <= PARITY
-    assert np.abs(pred.classes.proba - est.predict_proba(test.X)).max() <= PARITY
+    assert np.abs(pred.proba - est.predict_proba(test.X)).max() <= PARITY

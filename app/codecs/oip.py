@@ -10,17 +10,16 @@ and uncertainty components.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
+import orjson
 
-from app.bundle.columns import Columns
-from app.bundle.predictor import INTERVAL
-from app.errors import Fault, InvalidInput, NotFound, TooManyRows
-from app.inference import UNCERTAINTY, Outcome
+from app.bundle.mixture import INTERVAL
+from app.errors import Fault, InvalidInput, TooManyRows
 from app.inputs import json_type
+from app.plane import UNCERTAINTY, InferenceRequest, InferenceResult
 from app.runtime import LoadedModel
-from app.service import Service, dumps
 
 NUMERIC_TYPES = frozenset(
     {
@@ -102,15 +101,16 @@ def _rows(shape: Any, field: str) -> int:
     return int(shape[0])
 
 
-def decode(
-    body: Any, model: LoadedModel, max_rows: int
-) -> tuple[Columns, list[dict[str, Any]], list[str] | None]:
-    """Validated columns, the rows for the audit trail, and the outputs asked for."""
+def decode(body: Any, model: LoadedModel, max_rows: int) -> tuple[InferenceRequest, Requested]:
+    """An inference request object to an inference request, and what to answer with."""
     if not isinstance(body, dict):
         raise _bad("body", f"expected an inference request object, got {json_type(body)}")
     extra = sorted(set(body) - {"id", "parameters", "inputs", "outputs"})
     if extra:
         raise _bad(extra[0], "unknown field of an inference request", "unknown_field")
+    given_id = body.get("id")
+    if given_id is not None and not isinstance(given_id, str):
+        raise _bad("id", f"expected a string, got {json_type(given_id)}")
     tensors = body.get("inputs")
     if not isinstance(tensors, list) or not tensors:
         raise _bad("inputs", "expected a non-empty array of input tensors")
@@ -122,7 +122,7 @@ def decode(
         if not isinstance(t, dict) or not isinstance(t.get("name"), str):
             raise _bad(where, "expected a tensor object with a name")
         name = t["name"]
-        if name not in table.names:
+        if name not in table.inputs:
             raise _bad(
                 f"{where}.name", f"unknown feature {name!r}; the model takes {table.names_text}"
             )
@@ -151,9 +151,16 @@ def decode(
         raise TooManyRows(
             f"{n_rows} rows exceed the limit of {max_rows} (IABMA_MAX_BATCH_ROWS)", field="inputs"
         )
-    rows = [{name: col[i] for name, col in data.items()} for i in range(n_rows)]
+    rows = [dict(zip(data, values, strict=True)) for values in zip(*data.values(), strict=True)]
     columns = table.columns(rows, lambda i, name: f"inputs[{name}].data[{i}]")
-    return columns, rows, _requested(body.get("outputs"), model)
+    request = InferenceRequest(columns, n_rows, rows, "oip_infer", lambda i: f"row {i}")
+    return request, Requested(_requested(body.get("outputs"), model), given_id)
+
+
+@dataclass(frozen=True)
+class Requested:
+    outputs: list[str] | None  # None: every output
+    id: str | None  # the client's request id, echoed as the response's id
 
 
 def _requested(outputs: Any, model: LoadedModel) -> list[str] | None:
@@ -173,69 +180,61 @@ def _requested(outputs: Any, model: LoadedModel) -> list[str] | None:
     return names
 
 
-def _tensor(name: str, datatype: str, arr: np.ndarray, **params: Any) -> dict[str, Any]:
-    out: dict[str, Any] = {
-        "name": name,
-        "datatype": datatype,
-        "shape": list(arr.shape),
-        "data": arr.reshape(-1).tolist(),
-    }
+def _tensor(name: str, datatype: str, arr: Any, shape: list[int], **params: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {"name": name, "datatype": datatype, "shape": shape, "data": arr}
     if params:
         out["parameters"] = params
     return out
 
 
-def encode(outcome: Outcome, requested: list[str] | None) -> list[dict[str, Any]]:
-    model = outcome.model
-    experts = list(model.experts)
+def output_tensors(result: InferenceResult, requested: list[str] | None) -> list[dict[str, Any]]:
+    """The answer as named tensors; numpy arrays stay arrays for orjson to write."""
+    model, p = result.model, result.prediction
+    n, m = p.n, len(model.experts)
+    wanted = requested or list(output_names(model))
     tensors: dict[str, dict[str, Any]] = {}
-    if outcome.proba is not None:
-        labels = np.asarray(model.classes, dtype=object)[outcome.proba.argmax(axis=1)]
-        tensors["prediction"] = _tensor("prediction", _prediction_type(model), labels)
+    if "prediction" in wanted:
+        if p.proba is not None:
+            labels = model.label_values(p.label_index)
+            tensors["prediction"] = _tensor("prediction", _prediction_type(model), labels, [n])
+        else:
+            tensors["prediction"] = _tensor("prediction", "FP64", p.mean, [n])
+    if "probabilities" in wanted and p.proba is not None:
         tensors["probabilities"] = _tensor(
-            "probabilities", "FP64", outcome.proba, classes=list(model.class_keys)
+            "probabilities", "FP64", p.proba.ravel(), [n, len(model.classes)],
+            classes=list(model.class_keys),
+        )  # fmt: skip
+    if "std" in wanted and p.std is not None:
+        tensors["std"] = _tensor("std", "FP64", p.std, [n])
+    if "interval" in wanted and p.interval is not None:
+        tensors["interval"] = _tensor(
+            "interval", "FP64", p.interval.ravel(), [n, 2], level=INTERVAL
         )
-    else:
-        assert outcome.mean is not None and outcome.std is not None
-        assert outcome.interval is not None
-        tensors["prediction"] = _tensor("prediction", "FP64", outcome.mean)
-        tensors["std"] = _tensor("std", "FP64", outcome.std)
-        tensors["interval"] = _tensor("interval", "FP64", outcome.interval, level=INTERVAL)
-    tensors["weights"] = _tensor("weights", "FP64", outcome.weights, experts=experts)
-    tensors["uncertainty"] = _tensor(
-        "uncertainty", "FP64", outcome.uncertainty, components=list(UNCERTAINTY)
-    )
-    return [tensors[name] for name in (requested or output_names(model))]
-
-
-def served(service: Service, name: str) -> LoadedModel:
-    model = service.runtime.require()
-    if name != model.name:
-        raise NotFound(
-            f"model {name!r} is not served here; this server serves {model.name!r}", "name"
+    if "weights" in wanted:
+        tensors["weights"] = _tensor(
+            "weights", "FP64", p.weights.ravel(), [n, m], experts=list(model.experts)
         )
-    return model
+    if "uncertainty" in wanted:
+        tensors["uncertainty"] = _tensor(
+            "uncertainty", "FP64", p.uncertainty.ravel(), [n, len(UNCERTAINTY)],
+            components=list(UNCERTAINTY),
+        )  # fmt: skip
+    return [tensors[name] for name in wanted]
 
 
-async def infer(service: Service, name: str, body: Any, request_id: str, started: float) -> bytes:
-    model = served(service, name)
-    columns, rows, requested = decode(body, model, service.settings.max_batch_rows)
-    given_id = body.get("id")
-    if given_id is not None and not isinstance(given_id, str):
-        raise _bad("id", f"expected a string, got {json_type(given_id)}")
-    outcome = await service.infer(model, columns, lambda i: f"row {i}")
-    content = dumps(
+def encode(result: InferenceResult, requested: Requested, request_id: str) -> bytes:
+    model = result.model
+    return orjson.dumps(
         {
             "model_name": model.name,
             "model_version": model.version,
-            "id": given_id if given_id is not None else request_id,
+            "id": requested.id if requested.id is not None else request_id,
             "parameters": {
                 "request_id": request_id,
                 "task": model.task,
                 "experts": list(model.experts),
             },
-            "outputs": encode(outcome, requested),
-        }
+            "outputs": output_tensors(result, requested.outputs),
+        },
+        option=orjson.OPT_SERIALIZE_NUMPY,
     )
-    await service.commit(outcome, rows, request_id, "oip_infer", started)
-    return content

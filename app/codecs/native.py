@@ -1,0 +1,193 @@
+"""``POST /predict``: the body to an inference request, the answer back to JSON bytes.
+
+The body is ``{"instances": [...]}`` plus two options for batch clients:
+
+- ``"format"``: ``"rows"`` (the default: one object per instance) or ``"columnar"`` (one
+  array per field, in instance order);
+- ``"include"``: which parts to return, among ``prediction``, ``weights``, ``experts`` and
+  ``uncertainty`` (all by default); leaving out ``experts`` shrinks a large answer most.
+
+Answers are built from the prediction's arrays without a Python loop over cells: numbers
+are formatted by orjson in one call and spliced into a per-bundle template.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import orjson
+
+from app.bundle.mixture import INTERVAL
+from app.codecs.rows import RowTemplate, row_template
+from app.errors import Fault, InvalidInput, TooManyRows
+from app.inputs import json_type
+from app.plane import UNCERTAINTY, InferenceRequest, InferenceResult
+from app.runtime import LoadedModel
+
+FORMATS = ("rows", "columnar")
+PARTS = ("prediction", "weights", "experts", "uncertainty")
+BODY_KEYS = ("instances", "format", "include")
+NUMPY = orjson.OPT_SERIALIZE_NUMPY
+
+
+@dataclass(frozen=True)
+class Options:
+    format: str = "rows"
+    include: tuple[str, ...] = PARTS
+
+
+def instance_field(i: int, name: str) -> str:
+    return f"instances[{i}].{name}"
+
+
+def _bad(field: str, code: str, message: str) -> InvalidInput:
+    return InvalidInput([Fault(code, field, message)])
+
+
+def options(body: dict[str, Any]) -> Options:
+    fmt = body.get("format", "rows")
+    if fmt not in FORMATS:
+        raise _bad("format", "invalid_value", f"expected one of {', '.join(FORMATS)}, got "
+                   f"{json_type(fmt)}")  # fmt: skip
+    include = body.get("include", list(PARTS))
+    if (
+        not isinstance(include, list)
+        or not include
+        or any(not isinstance(p, str) or p not in PARTS for p in include)
+        or len(set(include)) != len(include)
+    ):
+        raise _bad(
+            "include",
+            "invalid_value",
+            f"expected a non-empty list of distinct parts among {', '.join(PARTS)}, got "
+            f"{json_type(include)}",
+        )
+    return Options(fmt, tuple(p for p in PARTS if p in include))
+
+
+def decode(body: Any, model: LoadedModel, max_rows: int) -> tuple[InferenceRequest, Options]:
+    """``{"instances": [...], ...}`` to an inference request; faults name their field."""
+    if not isinstance(body, dict):
+        raise _bad("body", "wrong_type",
+                   f'expected an object {{"instances": [...]}}, got {json_type(body)}')  # fmt: skip
+    extra = [k for k in body if k not in BODY_KEYS]
+    if extra:
+        raise InvalidInput(
+            [
+                Fault("unknown_field", k, f"unknown field; the body takes {', '.join(BODY_KEYS)}")
+                for k in extra
+            ]
+        )
+    if "instances" not in body:
+        raise _bad("instances", "missing_field", "missing; send an array of rows")
+    rows = body["instances"]
+    if not isinstance(rows, list):
+        raise _bad(
+            "instances", "wrong_type", f"expected an array of objects, got {json_type(rows)}"
+        )
+    if not rows:
+        raise _bad("instances", "empty_batch", "empty batch; send at least one row")
+    if len(rows) > max_rows:
+        raise TooManyRows(
+            f"{len(rows)} rows exceed the limit of {max_rows} (IABMA_MAX_BATCH_ROWS)",
+            field="instances",
+        )
+    bad = [
+        Fault("wrong_type", f"instances[{i}]", f"expected an object, got {json_type(r)}")
+        for i, r in enumerate(rows)
+        if not isinstance(r, dict)
+    ]
+    if bad:
+        raise InvalidInput(bad[:20])
+    opts = options(body)
+    columns = model.features.columns(rows, instance_field)
+    return InferenceRequest(columns, len(rows), rows, "predict", lambda i: f"instances[{i}]"), opts
+
+
+def _header(model: LoadedModel, request_id: str) -> bytes:
+    head = {"model": model.name, "version": model.version, "request_id": request_id}
+    return orjson.dumps({**head, "task": model.task})[:-1]
+
+
+def encode(result: InferenceResult, opts: Options, request_id: str) -> bytes:
+    if opts.format == "columnar":
+        return encode_columnar(result, opts, request_id)
+    model = result.model
+    key = ("rows", opts.include)
+    template = model.cache.get(key)
+    if template is None:
+        template = model.cache[key] = row_template(model, opts.include)
+    body = render_rows(template, result, opts.include)
+    return _header(model, request_id) + b',"predictions":[' + body + b"]}"
+
+
+def numeric_block(result: InferenceResult, include: tuple[str, ...]) -> np.ndarray:
+    """Every number of every row, in the template's order, as one (n, K) float64 array."""
+    p = result.prediction
+    parts: list[np.ndarray] = []
+    if "prediction" in include:
+        if p.proba is not None:
+            parts.append(p.proba)
+        else:
+            assert p.mean is not None and p.std is not None and p.interval is not None
+            parts.append(np.column_stack([p.mean, p.std, p.interval]))
+    if "weights" in include:
+        parts.append(p.weights)
+    if "experts" in include:
+        experts = p.expert_proba if p.expert_proba is not None else p.expert_means
+        assert experts is not None
+        parts.append(experts.reshape(p.n, -1))
+    if "uncertainty" in include:
+        parts.append(p.uncertainty)
+    return np.ascontiguousarray(np.hstack(parts), dtype=np.float64)
+
+
+def render_rows(template: RowTemplate, result: InferenceResult, include: tuple[str, ...]) -> bytes:
+    p = result.prediction
+    labels = None
+    if p.proba is not None and ("prediction" in include or "experts" in include):
+        labels = (p.label_index, p.expert_proba.argmax(axis=2) if p.expert_proba is not None
+                  else None)  # fmt: skip
+    return template.render(numeric_block(result, include), labels)
+
+
+def encode_columnar(result: InferenceResult, opts: Options, request_id: str) -> bytes:
+    model, p = result.model, result.prediction
+    out: dict[str, Any] = {}
+    if "prediction" in opts.include:
+        if p.proba is not None:
+            out["label"] = model.label_values(p.label_index)
+            out["probabilities"] = p.proba
+        else:
+            assert p.interval is not None
+            out["mean"], out["std"] = p.mean, p.std
+            out["interval"] = {
+                "level": INTERVAL,
+                "lower": np.ascontiguousarray(p.interval[:, 0]),
+                "upper": np.ascontiguousarray(p.interval[:, 1]),
+            }
+    if "weights" in opts.include:
+        out["weights"] = p.weights
+    if "experts" in opts.include:
+        if p.expert_proba is not None:
+            out["experts"] = {
+                "label": model.label_values(p.expert_proba.argmax(axis=2)),
+                "probabilities": p.expert_proba,
+            }
+        else:
+            out["experts"] = {"mean": p.expert_means, "std": list(model.expert_std)}
+    if "uncertainty" in opts.include:
+        u = p.uncertainty
+        out["uncertainty"] = {k: np.ascontiguousarray(u[:, j]) for j, k in enumerate(UNCERTAINTY)}
+    meta: dict[str, Any] = {"format": "columnar", "experts": list(model.experts)}
+    if p.proba is not None:
+        meta["classes"] = list(model.classes)
+    return (
+        _header(model, request_id)
+        + orjson.dumps(meta)[:-1].replace(b"{", b",", 1)
+        + b',"predictions":'
+        + orjson.dumps(out, option=NUMPY)
+        + b"}"
+    )
