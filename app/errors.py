@@ -111,6 +111,10 @@ class InternalError(ServingError):
     code = "internal"
 
 
+class StartupRefused(Exception):
+    """A setting or resource this server cannot start with; the message says what to do."""
+
+
 STATUS: dict[type[Exception], int] = {
     InvalidJSON: 400,
     InvalidHeader: 400,

@@ -16,7 +16,7 @@ from typing import Any
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.context import SCOPE_KEY, RequestContext
-from app.errors import InvalidHeader
+from app.errors import InvalidHeader, StartupRefused
 from app.responses import error_response
 from app.service import Service
 
@@ -30,6 +30,9 @@ class RequestObserver:
         self.service = service
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            await self.app(scope, receive, _one_line_refusal(send))
+            return
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
@@ -86,3 +89,19 @@ class RequestObserver:
                 "model_version": labels[1],
             },
         )
+
+
+def _one_line_refusal(send: Send) -> Send:
+    """Starlette reports a failed start-up with the whole traceback; a refusal we raised on
+    purpose (StartupRefused) is reported as its one line instead."""
+    marker = f"{StartupRefused.__module__}.{StartupRefused.__name__}: "
+
+    async def send_clean(message: Message) -> None:
+        if message["type"] == "lifespan.startup.failed":
+            lines = str(message.get("message", "")).strip().splitlines()
+            if lines and marker in lines[-1]:
+                text = "cannot start: " + lines[-1].split(marker, 1)[1]
+                message = {**message, "message": text}
+        await send(message)
+
+    return send_clean

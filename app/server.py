@@ -16,12 +16,20 @@ FACTORY = "app.main:create_app"
 def serve(host: str = "127.0.0.1", port: int = 8000, workers: int = 1) -> int:
     """Run until stopped; return the process exit code (2 for a bad setting)."""
     try:
-        load_settings()
+        settings = load_settings()
     except SettingsError as exc:
         print(f"iabma serve: error: {exc}", file=sys.stderr)
         return 2
     if workers < 1:
         print(f"iabma serve: error: --workers must be at least 1, got {workers}", file=sys.stderr)
+        return 2
+    if workers > 1 and settings.audit_enabled and settings.audit_url.startswith("sqlite"):
+        print(
+            f"iabma serve: error: --workers {workers} with a SQLite audit trail "
+            f"({settings.audit_url}): SQLite serves one process. Run one worker, or give the "
+            "workers one PostgreSQL trail (IABMA_AUDIT_URL=postgresql+psycopg://...)",
+            file=sys.stderr,
+        )
         return 2
     import uvicorn
 

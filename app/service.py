@@ -20,6 +20,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from app.audit.records import AuditRecord, now_us
 from app.audit.store import AuditStore
+from app.audit.tables import SqliteInUse
 from app.audit.writer import AuditWriter
 from app.bundle.loader import BundleError
 from app.context import RequestContext
@@ -29,6 +30,7 @@ from app.errors import (
     AuditUnavailable,
     NotReady,
     ReloadFailed,
+    StartupRefused,
     Unauthorized,
 )
 from app.metrics import ServiceMetrics
@@ -64,7 +66,10 @@ class Service:
             log.warning("the audit trail is disabled (IABMA_AUDIT_ENABLED=false)")
             return
         self.store = AuditStore(self.settings.audit_url, self.settings.audit_timeout_seconds)
-        await asyncio.to_thread(self.store.prepare)
+        try:
+            await asyncio.to_thread(self.store.prepare)
+        except SqliteInUse as exc:
+            raise StartupRefused(str(exc)) from None
         self.writer = AuditWriter(
             self.store,
             self.metrics,

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import subprocess
 from pathlib import Path
 
 import httpx
@@ -80,3 +82,59 @@ def test_two_workers_share_one_postgres_trail(
     assert "Traceback" not in err, err
     assert list(cwd.iterdir()) == [], "with a PostgreSQL trail the app writes nothing locally"
     assert ROOT.is_dir()
+
+
+def test_iabma_serve_refuses_several_workers_on_one_sqlite_trail(
+    bundles: Bundles, tmp_path: Path
+) -> None:
+    proc = subprocess.run(
+        [
+            PYTHON,
+            "-m",
+            "training.cli",
+            "serve",
+            "--store",
+            str(bundles.store),
+            "--name",
+            "demo",
+            "--workers",
+            "2",
+            "--port",
+            "1",
+        ],
+        cwd=ROOT,
+        env={**os.environ, "IABMA_AUDIT_URL": f"sqlite:///{tmp_path / 'audit.db'}"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [
+        f"iabma serve: error: --workers 2 with a SQLite audit trail (sqlite:///{tmp_path}/audit.db)"
+        ": SQLite serves one process. Run one worker, or give the workers one PostgreSQL trail "
+        "(IABMA_AUDIT_URL=postgresql+psycopg://...)"
+    ]
+
+
+def test_uvicorn_workers_on_one_sqlite_trail_stop_with_one_line(
+    bundles: Bundles, tmp_path: Path
+) -> None:
+    """The second worker cannot claim the trail; uvicorn then stops the whole server, and
+    the log says why in one line (the 895 ms tails of two processes on one file are gone)."""
+    env = {
+        "IABMA_STORE": str(bundles.store),
+        "IABMA_MODEL_NAME": "demo",
+        "IABMA_AUDIT_URL": f"sqlite:///{tmp_path / 'audit.db'}",
+    }
+    with UvicornProcess(env, ("--workers", "2"), cwd=tmp_path) as served:
+        _out, err = served.proc.communicate(timeout=60)
+    assert "Traceback" not in err
+    refusals = [
+        json.loads(line)["message"]
+        for line in err.splitlines()
+        if line.startswith("{") and "cannot start" in line
+    ]
+    assert len(refusals) == 1
+    assert refusals[0].startswith(f"cannot start: the SQLite audit trail {tmp_path}/audit.db is")
+    assert "PostgreSQL" in refusals[0]
