@@ -32,64 +32,18 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from bench.loadgen import bodies as B  # noqa: E402
 from bench.loadgen.cpu import CpuWatch, wait_quiet  # noqa: E402
 from bench.loadgen.wrk import WrkError, run_wrk, wrk_binary  # noqa: E402
 from bench.peers import procs  # noqa: E402
 from bench.peers.mlserver import MlserverUnavailable  # noqa: E402
 from bench.peers.postgres import PostgresUnavailable  # noqa: E402
+from bench.speed.bundles import BundleCtx, prepare_bundle  # noqa: E402
 from bench.speed.floor import in_process_floor  # noqa: E402
-from bench.speed.plan import BIG, Group, Run, build_plan, estimate_seconds  # noqa: E402
+from bench.speed.plan import Group, Run, build_plan, estimate_seconds  # noqa: E402
 from bench.speed.report import compute_ratios, markdown  # noqa: E402
-from bench.speed.servers import BundleCtx, Launched, launch, preflight, rss  # noqa: E402
+from bench.speed.servers import Launched, launch, preflight, rss  # noqa: E402
 
-N_SINGLE = 256  # distinct single-row bodies
-N_BIG = 32  # distinct 1000-row bodies (each wrk thread holds them all in Lua)
-FIT_ROWS = 20_000  # MLServer peer's estimator is fitted on this many rows
 QUIET_PCT = 10.0  # share of the machine other processes may use when a run starts
-
-
-def ensure_bundle(store: Path, name: str) -> Path:
-    """The version directory LATEST points at; trains the bundle first if it is missing."""
-    latest = store / name / "LATEST"
-    if not latest.is_file():
-        if name not in B.DATASETS:
-            raise SystemExit(f"no bundle {name!r} in {store}, and no dataset to train it from")
-        print(f"training {name!r} into {store} ...", flush=True)
-        iabma = Path(sys.executable).parent / "iabma"
-        cmd = [str(iabma), "train", "--dataset", B.DATASETS[name], "--store", str(store)]
-        subprocess.run([*cmd, "--name", name, "--quiet"], cwd=REPO, check=True)
-    return store / name / latest.read_text().strip()
-
-
-def prepare_bundle(store: Path, name: str, workdir: Path) -> tuple[BundleCtx, list[dict]]:
-    """Bundle context with its body files; also returns the JSON rows for the floor."""
-    version_dir = ensure_bundle(store, name)
-    manifest = json.loads((version_dir / "manifest.json").read_text(encoding="utf-8"))
-    feats = B.features_of(manifest)
-    frame, y = B.dataset_frame(name, N_BIG * BIG)
-    rows = B.json_rows(frame, feats)
-    ctx = BundleCtx(name, store, version_dir, manifest, feats)
-    d = workdir / name
-    d.mkdir(parents=True, exist_ok=True)
-    output = "predict_proba" if manifest["task"] == "classification" else "predict"
-    numeric = all(f.numeric for f in feats)
-    for size, batches in ((1, B.chunks(rows, 1, N_SINGLE)), (BIG, B.chunks(rows, BIG, N_BIG))):
-        ctx.bodies["native", size] = B.write_lines(
-            d / f"native-{size}.txt", [B.native_body(x) for x in batches]
-        )
-        ctx.bodies["oip", size] = B.write_lines(
-            d / f"oip-{size}.txt", [B.oip_body(x, feats) for x in batches]
-        )
-        if numeric:
-            ctx.bodies["matrix", size] = B.write_lines(
-                d / f"matrix-{size}.txt", [B.matrix_body(x, feats, output) for x in batches]
-            )
-    if numeric:
-        n_fit = min(FIT_ROWS, len(frame))
-        ctx.fit_X = B.numeric_matrix(frame.iloc[:n_fit], feats)
-        ctx.fit_y = y.iloc[:n_fit].to_numpy()
-    return ctx, rows
 
 
 def measure(srv: Launched, run: Run, b: BundleCtx, args: argparse.Namespace) -> dict:
@@ -296,4 +250,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except KeyboardInterrupt:
+        # The finally blocks have stopped every server by the time this prints.
+        print("\ninterrupted; every server was stopped", file=sys.stderr)
+        sys.exit(130)

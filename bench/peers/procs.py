@@ -15,7 +15,7 @@ import socket
 import subprocess
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 
 _LIVE: set[subprocess.Popen[bytes]] = set()
@@ -37,12 +37,14 @@ def stop(proc: subprocess.Popen[bytes], grace: float = 10.0) -> None:
         except ProcessLookupError:
             break
         deadline = time.monotonic() + wait
-        while time.monotonic() < deadline:
-            proc.poll()  # reap the leader, or it stays a zombie member of the group
-            if not group_members(pgid):
-                return
+        while time.monotonic() < deadline and group_members(pgid):
+            proc.poll()
             time.sleep(0.05)
-    proc.poll()
+        if not group_members(pgid):
+            break
+    # Reap the leader: a zombie left behind outlives this process (PID 1 here does not reap).
+    with suppress(subprocess.TimeoutExpired):
+        proc.wait(5.0)
 
 
 def _stat_fields(pid: int) -> list[str] | None:

@@ -8,39 +8,17 @@ import os
 import sys
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
-from bench.loadgen.bodies import Feature
 from bench.peers import mlserver, procs
 from bench.peers.ours import READY_PATH, OursSettings, ours_command
 from bench.peers.postgres import fresh_schema
+from bench.speed.bundles import BundleCtx
 from bench.speed.plan import ServerSpec
 
 REPO = Path(__file__).resolve().parents[2]
-# The expert the single-model peers serve: a strong, typical one per bundle.
-PEER_EXPERT = {"demo": "poly3", "california": "hgb"}
-
-
-@dataclass
-class BundleCtx:
-    name: str
-    store: Path
-    version_dir: Path
-    manifest: dict[str, Any]
-    features: list[Feature]
-    bodies: dict[tuple[str, int], Path] = field(default_factory=dict)  # (format, rows) -> file
-    fit_X: np.ndarray | None = None  # MLServer peer's training data, numeric features only
-    fit_y: np.ndarray | None = None
-
-    @property
-    def peer_expert(self) -> str:
-        names = [e["name"] for e in self.manifest["experts"]]
-        wanted = PEER_EXPERT.get(self.name, "hgb")
-        return wanted if wanted in names else names[0]
 
 
 @dataclass(frozen=True)
