@@ -143,6 +143,21 @@ def run_plan(
     return {"runs": runs, "servers": servers, "skipped": skipped, "failed_runs": failed}
 
 
+def python_loop_ms() -> float:
+    """Best of 5 timings of a fixed pure-Python loop: this machine's speed at the moment.
+
+    The vCPUs' speed varies with what else the host runs; figures taken on different days
+    compare through this number.
+    """
+    best = float("inf")
+    for _ in range(5):
+        t0, acc = time.perf_counter(), 0
+        for k in range(1_000_000):
+            acc += k * k
+        best = min(best, time.perf_counter() - t0)
+    return round(best * 1e3, 1)
+
+
 def machine() -> dict[str, Any]:
     import onnxruntime
 
@@ -154,6 +169,7 @@ def machine() -> dict[str, Any]:
         "onnxruntime": onnxruntime.__version__,
         "wrk": (wrk_v.stdout or wrk_v.stderr).splitlines()[0],
         "loadavg_1m_before": round(os.getloadavg()[0], 2),
+        "python_loop_ms_before": python_loop_ms(),
     }
 
 
@@ -172,7 +188,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         type=float,
         default=None,
         help=f"max seconds to wait before a run for other processes to use < {QUIET_PCT:g}%% "
-        "of the machine (default 60; quick 0)",
+        "of the machine (default 30; quick 0)",
     )
     p.add_argument("--skip-mlserver", action="store_true")
     args = p.parse_args(argv)
@@ -184,7 +200,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     if args.warmup is None:
         args.warmup = 0.0 if args.quick else 2.0
     if args.quiet_wait is None:
-        args.quiet_wait = 0.0 if args.quick else 60.0
+        args.quiet_wait = 0.0 if args.quick else 30.0
     if args.duration < 1:
         p.error("--duration is at least 1 (wrk takes whole seconds)")
     return args
@@ -221,7 +237,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"in-process floor {name}: {json.dumps(floors[name])}", flush=True)
         result = run_plan(plan, ctxs, workdir, args)
     result["skipped"] += [{"what": g.server.label, "reason": "--skip-mlserver"} for g in skipped_ml]
-    info["loadavg_1m_after"] = round(os.getloadavg()[0], 2)
+    info.update(
+        loadavg_1m_after=round(os.getloadavg()[0], 2), python_loop_ms_after=python_loop_ms()
+    )
     report = {
         "benchmark": "serve_speed",
         "started_utc": started,

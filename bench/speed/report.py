@@ -87,10 +87,16 @@ def _fmt(x: float | None, digits: int = 0) -> str:
 
 
 def markdown(result: dict[str, Any]) -> str:
+    m = result["machine"]
     lines = [
         f"## serve_speed {result['started_utc']} ({result['mode']}, {result['duration_s']} s "
         f"per run after {result['warmup_s']} s warm-up; wrk on the same {result['machine']['cpus']}"
         " cores)",
+        "",
+        f"machine: {m['platform']}, Python {m['python']}, onnxruntime {m['onnxruntime']}; "
+        f"1M-step Python loop {m['python_loop_ms_before']} ms before, "
+        f"{m.get('python_loop_ms_after', '-')} ms after; load average "
+        f"{m['loadavg_1m_before']} before, {m.get('loadavg_1m_after', '-')} after",
         "",
         "| bundle | server | workers | audit | route | rows/req | conns | req/s | rows/s "
         "| p50 ms | p90 ms | p99 ms | failed | other CPU % |",

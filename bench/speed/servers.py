@@ -62,6 +62,9 @@ def launch(
                 str(port),
                 "--workers",
                 str(spec.workers),
+                # Ours switches uvicorn's access log off too (it logs JSON lines itself);
+                # left on, it costs ~75 us a request here, half a hello-world's throughput.
+                "--no-access-log",
             ]
             env = dict(os.environ)
             env.update(BARE_BUNDLE_DIR=str(b.version_dir), BARE_EXPERT=b.peer_expert)
