@@ -9,7 +9,7 @@ behind them need, and ``--full`` widens it. Per bundle, the default is:
   ratio) and c8; 1000-row OIP at c8 with SQLite;
 - ours PostgreSQL trail: 1 worker and 2 workers at c32 single-row, 2 workers at c8 1000-row;
 - ours 2 workers, trail off: c32 single-row (worker scaling without the trail);
-- bare peer: single-row c1 and c32, 1000-row c1 and c8;
+- bare peer: single-row c1 and c32, 1000-row c1 and c8; 2 workers at c32 single-row;
 - MLServer: OIP single-row c32, 1000-row c8.
 """
 
@@ -74,6 +74,7 @@ def _bundle_default(b: str) -> list[Group]:
         _group(ServerSpec("ours", b, 2, "postgres"), [("predict", 1, [32]), ("predict", BIG, [8])]),
         _group(ServerSpec("ours", b, 2, "off"), [("predict", 1, [32])]),
         _group(ServerSpec("bare", b), [("predict", 1, [1, 32]), ("predict", BIG, [1, 8])]),
+        _group(ServerSpec("bare", b, 2), [("predict", 1, [32])]),
         _group(ServerSpec("mlserver", b), [("oip", 1, [32]), ("oip", BIG, [8])]),
     ]
 

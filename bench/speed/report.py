@@ -31,6 +31,11 @@ RATIOS: dict[str, tuple[Key, Key, str]] = {
         ("ours", 1, "postgres", "predict", 1, 32),
         "req/s, single-row c32, PostgreSQL trail: 2 workers vs 1",
     ),
+    "bare_workers_2_over_1_c32": (
+        ("bare", 2, "-", "predict", 1, 32),
+        ("bare", 1, "-", "predict", 1, 32),
+        "req/s, single-row c32, the bare peer: 2 workers vs 1 (what 2 cores give at best)",
+    ),
     "ours_oip_over_mlserver_c32": (
         ("ours", 1, "sqlite", "oip", 1, 32),
         ("mlserver", 1, "-", "oip", 1, 32),
