@@ -113,7 +113,7 @@ def run_plan(
         try:
             with launch(spec, ctxs[spec.bundle], workdir, not args.quick) as srv:
                 record.update(cold_start_s=round(srv.cold_start_s, 3), serves=srv.serves)
-                record.update(argv=srv.argv, port=srv.port)
+                record.update(argv=srv.argv, env=srv.env, port=srv.port)
                 for run in group.runs:
                     i, done = i + 1, done + 1
                     try:
@@ -147,7 +147,7 @@ def python_loop_ms() -> float:
     """Best of 5 timings of a fixed pure-Python loop: this machine's speed at the moment.
 
     The vCPUs' speed varies with what else the host runs; figures taken on different days
-    compare through this number.
+    compare through this number. Other load in this VM inflates it too (time slicing).
     """
     best = float("inf")
     for _ in range(5):

@@ -31,6 +31,7 @@ class Launched:
     formats: dict[str, str]  # route -> body format
     serves: str
     argv: list[str]
+    env: dict[str, str]  # the server's own settings, for the record
 
 
 @contextmanager
@@ -88,7 +89,8 @@ def launch(
         # MLServer writes its .envs and metrics files to its working directory.
         cwd = REPO if spec.kind != "mlserver" else workdir / spec.bundle
         proc, cold = stack.enter_context(procs.server(argv, env, cwd, log, port, health))
-        yield Launched(spec, port, proc.pid, cold, paths, formats, serves, argv)
+        own = {k: v for k, v in env.items() if k.startswith(("IABMA_", "BARE_", "MLSERVER_"))}
+        yield Launched(spec, port, proc.pid, cold, paths, formats, serves, argv, own)
 
 
 class PreflightError(RuntimeError):
