@@ -5,6 +5,9 @@ from __future__ import annotations
 import secrets
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
+
+import psycopg
 
 ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/test"
 
@@ -13,9 +16,7 @@ class PostgresUnavailable(RuntimeError):
     pass
 
 
-def _connect():  # type: ignore[no-untyped-def]
-    import psycopg
-
+def _connect() -> psycopg.Connection[Any]:
     try:
         return psycopg.connect(ADMIN_URL, autocommit=True, connect_timeout=5)
     except psycopg.OperationalError as exc:

@@ -85,11 +85,13 @@ def launch(
             argv, env = mlserver.mlserver_command(model_dir, *ports)
             health = mlserver.READY_PATH
             paths, formats = {"oip": mlserver.INFER_PATH}, {"oip": "matrix"}
-            serves = f"sklearn {b.peer_expert} refit (mlserver_sklearn, 1 parallel worker)"
+            serves = f"sklearn {b.peer_expert} refit (mlserver_sklearn, 1 worker, 1 thread)"
         # MLServer writes its .envs and metrics files to its working directory.
         cwd = REPO if spec.kind != "mlserver" else workdir / spec.bundle
         proc, cold = stack.enter_context(procs.server(argv, env, cwd, log, port, health))
-        own = {k: v for k, v in env.items() if k.startswith(("IABMA_", "BARE_", "MLSERVER_"))}
+        own = {
+            k: v for k, v in env.items() if k.startswith(("IABMA_", "BARE_", "MLSERVER_", "OMP_"))
+        }
         yield Launched(spec, port, proc.pid, cold, paths, formats, serves, argv, own)
 
 
