@@ -1,0 +1,1 @@
+"""Servers under test: ours, the bare FastAPI peer, MLServer; and their processes."""

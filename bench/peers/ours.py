@@ -1,0 +1,49 @@
+"""How to start OUR server, in one place: the app's CLI and settings are being reworked.
+
+:func:`ours_command` is the only code in the benchmark that knows the serving command line
+and its ``IABMA_*`` environment; adapt it (and nothing else) when those change.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+READY_PATH = "/readyz"
+
+
+@dataclass(frozen=True)
+class OursSettings:
+    store: Path
+    bundle: str
+    workers: int  # uvicorn --workers
+    audit: str  # "sqlite", "postgres" or "off"
+    audit_url: str  # a SQLite file URL or a PostgreSQL URL; unused when audit is "off"
+
+
+def ours_command(s: OursSettings, port: int) -> tuple[list[str], dict[str, str]]:
+    """argv and environment that serve bundle ``s.bundle`` on 127.0.0.1:``port``."""
+    bin_dir = Path(sys.executable).parent
+    argv = [
+        str(bin_dir / "uvicorn"),
+        "app.main:create_app",
+        "--factory",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--workers",
+        str(s.workers),
+    ]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("IABMA_")}
+    env.update(
+        IABMA_STORE=str(s.store),
+        IABMA_MODEL_NAME=s.bundle,
+        # Even with the trail off, point the URL at the run's temp dir so nothing lands in
+        # ./var of the work tree.
+        IABMA_AUDIT_URL=s.audit_url,
+        IABMA_AUDIT_ENABLED="false" if s.audit == "off" else "true",
+    )
+    return argv, env

@@ -1,0 +1,1 @@
+"""The serving speed benchmark: run matrix, in-process floor, report."""

@@ -1,0 +1,71 @@
+"""The in-process floor: the bundle run in this process on the same rows, no HTTP, no JSON.
+
+>>> THE APP'S PYTHON API IS BEING REWORKED: :func:`in_process_floor` is the ONE place in the
+>>> benchmark that imports ``app`` internals. Adapt it when ``app.bundle`` / ``app.inputs``
+>>> change; nothing else depends on their shape.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+
+def _median_ms(call: Callable[[int], object], repeats: int, warmup: int) -> float:
+    for i in range(warmup):
+        call(i)
+    times = []
+    for i in range(repeats):
+        t0 = time.perf_counter()
+        call(i)
+        times.append(time.perf_counter() - t0)
+    return round(statistics.median(times) * 1e3, 4)
+
+
+def in_process_floor(
+    store: Path,
+    name: str,
+    rows: Sequence[dict[str, Any]],
+    *,
+    batch: int = 1000,
+    repeats_one: int = 2000,
+    repeats_batch: int = 100,
+) -> dict[str, Any]:
+    """Median ms of one predict call on 1 row and on ``batch`` rows (one ORT thread).
+
+    ``predict_ms`` times the ONNX graphs and the mixture on columns built beforehand: the
+    floor no server can go under. ``columns_ms`` times the app's validation of JSON-like rows
+    into those columns, which every request also pays.
+    """
+    from app.bundle.loader import open_bundle, resolve_version
+    from app.bundle.predictor import BundlePredictor
+    from app.inputs import FeatureTable
+
+    bundle = open_bundle(resolve_version(store, name), intra_op_threads=1)
+    predictor = BundlePredictor(bundle)
+    table = FeatureTable.from_manifest(bundle.manifest, "reject")
+
+    def field(_i: int, n: str) -> str:
+        return n
+
+    def timings(size: int, repeats: int) -> dict[str, Any]:
+        # Several distinct inputs, cycled, as the HTTP runs do.
+        starts = [(i * size) % len(rows) for i in range(min(64, max(1, len(rows) // size)))]
+        inputs = [[rows[(s + j) % len(rows)] for j in range(size)] for s in starts]
+        columns = [table.columns(x, field) for x in inputs]
+        k = len(inputs)
+        return {
+            "rows": size,
+            "repeats": repeats,
+            "predict_ms": _median_ms(lambda i: predictor.predict(columns[i % k]), repeats, 20),
+            "columns_ms": _median_ms(lambda i: table.columns(inputs[i % k], field), repeats, 5),
+        }
+
+    return {
+        "experts": len(bundle.manifest.experts),
+        "1": timings(1, repeats_one),
+        str(batch): timings(batch, repeats_batch),
+    }

@@ -1,0 +1,124 @@
+"""The run matrix: which servers start, and which loads each one takes.
+
+The cartesian product (3 servers x 2 workers x 3 trails x 2 routes x 2 sizes x 4
+concurrencies x 2 bundles) is hours; the default keeps what the ratios and the questions
+behind them need, and ``--full`` widens it. Per bundle, the default is:
+
+- ours 1 worker, SQLite trail and trail off: the full single-row ``/predict`` sweep (c1, c8,
+  c32, c64), single-row OIP at c32, 1000-row ``/predict`` at c1 (for the in-process floor
+  ratio) and c8; 1000-row OIP at c8 with SQLite;
+- ours PostgreSQL trail: 1 worker and 2 workers at c32 single-row, 2 workers at c8 1000-row;
+- ours 2 workers, trail off: c32 single-row (worker scaling without the trail);
+- bare peer: single-row c1 and c32, 1000-row c1 and c8; 2 workers at c32 single-row;
+- MLServer: OIP single-row c32, 1000-row c8.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+SWEEP = (1, 8, 32, 64)
+BIG = 1000  # rows per batch request; the app's default IABMA_MAX_BATCH_ROWS
+
+
+@dataclass(frozen=True)
+class ServerSpec:
+    kind: str  # "ours", "bare" or "mlserver"
+    bundle: str
+    workers: int = 1
+    audit: str = "-"  # ours only: "sqlite", "postgres" or "off"
+
+    @property
+    def label(self) -> str:
+        audit = f" {self.audit}" if self.kind == "ours" else ""
+        return f"{self.bundle} {self.kind} {self.workers}w{audit}"
+
+
+@dataclass(frozen=True)
+class Run:
+    server: ServerSpec
+    route: str  # "predict" (native body) or "oip" (Open Inference Protocol v2)
+    rows: int
+    connections: int
+
+    @property
+    def label(self) -> str:
+        return f"{self.server.label} {self.route} x{self.rows} c{self.connections}"
+
+
+@dataclass(frozen=True)
+class Group:
+    """One server start and the runs it takes, in order."""
+
+    server: ServerSpec
+    runs: tuple[Run, ...]
+
+
+def _group(server: ServerSpec, loads: Sequence[tuple[str, int, Sequence[int]]]) -> Group:
+    runs = tuple(Run(server, route, rows, c) for route, rows, conns in loads for c in conns)
+    return Group(server, runs)
+
+
+def _bundle_default(b: str) -> list[Group]:
+    return [
+        _group(
+            ServerSpec("ours", b, 1, "sqlite"),
+            [("predict", 1, SWEEP), ("oip", 1, [32]), ("predict", BIG, [1, 8]), ("oip", BIG, [8])],
+        ),
+        _group(
+            ServerSpec("ours", b, 1, "off"),
+            [("predict", 1, SWEEP), ("oip", 1, [32]), ("predict", BIG, [1, 8])],
+        ),
+        _group(ServerSpec("ours", b, 1, "postgres"), [("predict", 1, [32])]),
+        _group(ServerSpec("ours", b, 2, "postgres"), [("predict", 1, [32]), ("predict", BIG, [8])]),
+        _group(ServerSpec("ours", b, 2, "off"), [("predict", 1, [32])]),
+        _group(ServerSpec("bare", b), [("predict", 1, [1, 32]), ("predict", BIG, [1, 8])]),
+        _group(ServerSpec("bare", b, 2), [("predict", 1, [32])]),
+        _group(ServerSpec("mlserver", b), [("oip", 1, [32]), ("oip", BIG, [8])]),
+    ]
+
+
+def _bundle_full(b: str) -> list[Group]:
+    groups = []
+    for workers in (1, 2):
+        for audit in ("sqlite", "postgres", "off"):
+            loads = [("predict", 1, SWEEP), ("oip", 1, [32]), ("predict", BIG, [1, 4, 8])]
+            loads.append(("oip", BIG, [8]))
+            groups.append(_group(ServerSpec("ours", b, workers, audit), loads))
+        bare = [("predict", 1, SWEEP), ("predict", BIG, [1, 8])]
+        groups.append(_group(ServerSpec("bare", b, workers), bare))
+    groups.append(_group(ServerSpec("mlserver", b), [("oip", 1, SWEEP), ("oip", BIG, [1, 8])]))
+    return groups
+
+
+def _bundle_quick(b: str) -> list[Group]:
+    """One run per code path: each trail, both routes, a batch, 2 workers, every peer."""
+    return [
+        _group(
+            ServerSpec("ours", b, 1, "sqlite"),
+            [("predict", 1, [8]), ("oip", 1, [8]), ("predict", BIG, [1])],
+        ),
+        _group(ServerSpec("ours", b, 1, "off"), [("predict", 1, [8])]),
+        _group(ServerSpec("ours", b, 2, "postgres"), [("predict", 1, [8])]),
+        _group(ServerSpec("bare", b), [("predict", 1, [8])]),
+        _group(ServerSpec("mlserver", b), [("oip", 1, [8])]),
+    ]
+
+
+def build_plan(bundles: Sequence[str], mode: str) -> list[Group]:
+    per_bundle = {"quick": _bundle_quick, "default": _bundle_default, "full": _bundle_full}[mode]
+    return [g for b in bundles for g in per_bundle(b)]
+
+
+# Rough costs for the up-front estimate, measured on this 2-core machine.
+START_S = {"ours": 4.0, "bare": 3.0, "mlserver": 12.0}
+RUN_OVERHEAD_S = 1.0  # pre-flight request, wrk start-up, parsing
+FLOOR_S = {"quick": 3.0, "default": 15.0, "full": 15.0}
+
+
+def estimate_seconds(plan: Sequence[Group], duration: float, warmup: float, mode: str) -> float:
+    runs = sum(len(g.runs) for g in plan)
+    starts = sum(START_S[g.server.kind] for g in plan)
+    bundles = {g.server.bundle for g in plan}
+    return runs * (duration + warmup + RUN_OVERHEAD_S) + starts + FLOOR_S[mode] * len(bundles)

@@ -1,0 +1,159 @@
+"""Ratios between runs of one benchmark, and the markdown tables printed and saved."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+NOISY_PCT = 15.0  # other processes took this share of the machine: the figure is suspect
+
+# name -> (numerator, denominator, what); a key is (kind, workers, audit, route, rows, conns)
+Key = tuple[str, int, str, str, int, int]
+OURS_C32 = ("ours", 1, "sqlite", "predict", 1, 32)
+RATIOS: dict[str, tuple[Key, Key, str]] = {
+    "ours_over_bare_c32": (
+        OURS_C32,
+        ("bare", 1, "-", "predict", 1, 32),
+        "req/s, single-row /predict c32, ours 1 worker SQLite trail vs the bare peer",
+    ),
+    "audit_sqlite_over_off_c32": (
+        OURS_C32,
+        ("ours", 1, "off", "predict", 1, 32),
+        "req/s, single-row c32, 1 worker: SQLite trail on vs off",
+    ),
+    "audit_postgres_over_off_c32": (
+        ("ours", 1, "postgres", "predict", 1, 32),
+        ("ours", 1, "off", "predict", 1, 32),
+        "req/s, single-row c32, 1 worker: PostgreSQL trail on vs off",
+    ),
+    "workers_2_over_1_postgres_c32": (
+        ("ours", 2, "postgres", "predict", 1, 32),
+        ("ours", 1, "postgres", "predict", 1, 32),
+        "req/s, single-row c32, PostgreSQL trail: 2 workers vs 1",
+    ),
+    "bare_workers_2_over_1_c32": (
+        ("bare", 2, "-", "predict", 1, 32),
+        ("bare", 1, "-", "predict", 1, 32),
+        "req/s, single-row c32, the bare peer: 2 workers vs 1 (what 2 cores give at best)",
+    ),
+    "ours_oip_over_mlserver_c32": (
+        ("ours", 1, "sqlite", "oip", 1, 32),
+        ("mlserver", 1, "-", "oip", 1, 32),
+        "req/s, single-row OIP infer c32: ours (5 experts + gate, SQLite trail) vs MLServer",
+    ),
+    "ours_predict_over_mlserver_c32": (
+        OURS_C32,
+        ("mlserver", 1, "-", "oip", 1, 32),
+        "req/s, single-row c32: our /predict (SQLite trail) vs MLServer OIP infer",
+    ),
+}
+
+
+def run_key(run: dict[str, Any]) -> Key:
+    return (
+        run["server"],
+        run["workers"],
+        run["audit"],
+        run["route"],
+        run["rows"],
+        run["connections"],
+    )
+
+
+def compute_ratios(
+    runs: Sequence[dict[str, Any]], floors: dict[str, dict[str, Any]]
+) -> dict[str, dict[str, Any]]:
+    out: dict[str, dict[str, Any]] = {}
+    for bundle in dict.fromkeys(r["bundle"] for r in runs):
+        by_key = {run_key(r): r for r in runs if r["bundle"] == bundle and r["ok"] > 0}
+        ratios: dict[str, Any] = {}
+        for name, (num, den, what) in RATIOS.items():
+            a, b = by_key.get(num), by_key.get(den)
+            value = round(a["req_per_s"] / b["req_per_s"], 3) if a and b else None
+            ratios[name] = {"value": value, "what": what}
+        big = by_key.get(("ours", 1, "sqlite", "predict", 1000, 1))
+        floor = floors.get(bundle, {}).get("1000")
+        value = None
+        if big and floor:
+            value = round(big["latency_ms"]["p50"] / floor["predict_ms"], 2)
+        ratios["http_1000_over_floor"] = {
+            "value": value,
+            "what": "1000-row /predict at c1 (1 worker, SQLite trail): HTTP p50 / in-process "
+            "predict median",
+        }
+        out[bundle] = ratios
+    return out
+
+
+def _fmt(x: float | None, digits: int = 0) -> str:
+    if x is None:
+        return "-"
+    return f"{x:,.{digits}f}"
+
+
+def markdown(result: dict[str, Any]) -> str:
+    m = result["machine"]
+    lines = [
+        f"## serve_speed {result['started_utc']} ({result['mode']}, {result['duration_s']} s "
+        f"per run after {result['warmup_s']} s warm-up; wrk on the same {result['machine']['cpus']}"
+        " cores)",
+        "",
+        f"machine: {m['platform']}, Python {m['python']}, onnxruntime {m['onnxruntime']}; "
+        f"1M-step Python loop {m['python_loop_ms_before']} ms before, "
+        f"{m.get('python_loop_ms_after', '-')} ms after; load average "
+        f"{m['loadavg_1m_before']} before, {m.get('loadavg_1m_after', '-')} after",
+        "",
+        "| bundle | server | workers | audit | route | rows/req | conns | req/s | rows/s "
+        "| p50 ms | p90 ms | p99 ms | failed | other CPU % |",
+        "|---|---|--:|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|",
+    ]
+    for r in result["runs"]:
+        lat = r["latency_ms"]
+        other = r["cpu"]["other_pct"]
+        other_text = f"{other:.0f}" + (" !" if other > NOISY_PCT else "")
+        lines.append(
+            f"| {r['bundle']} | {r['server']} | {r['workers']} | {r['audit']} | {r['route']} "
+            f"| {r['rows']} | {r['connections']} | {_fmt(r['req_per_s'])} "
+            f"| {_fmt(r['rows_per_s'])} | {lat['p50']:.2f} | {lat['p90']:.2f} "
+            f"| {lat['p99']:.2f} | {r['failures']} | {other_text} |"
+        )
+    if any(r["cpu"]["other_pct"] > NOISY_PCT for r in result["runs"]):
+        lines += [
+            "",
+            f"! other processes used over {NOISY_PCT:g}% of the machine during the run: "
+            "its figure is low by roughly that share; rerun it on a quiet machine.",
+        ]
+    lines += [
+        "",
+        "| server | cold start s | RSS MB per worker (after warm-up, at end) | serves |",
+        "|---|--:|---|---|",
+    ]
+    for s in result["servers"]:
+        rss = s.get("rss_mb") or {}
+        rss_text = f"{_fmt(rss.get('worker'), 1)}, {_fmt(rss.get('worker_end'), 1)}"
+        if s.get("error"):
+            rss_text = f"FAILED: {s['error'].splitlines()[0][:80]}"
+        lines.append(
+            f"| {s['label']} | {_fmt(s.get('cold_start_s'), 2)} | {rss_text} | {s['serves']} |"
+        )
+    lines += ["", "| bundle | in-process floor | 1 row ms | 1000 rows ms |", "|---|---|--:|--:|"]
+    for bundle, f in result["floor"].items():
+        if "error" in f:
+            lines.append(f"| {bundle} | FAILED: {f['error'][:80]} | - | - |")
+            continue
+        for what in ("predict_ms", "columns_ms"):
+            lines.append(
+                f"| {bundle} | {what.removesuffix('_ms')} | {f['1'][what]:.3f} "
+                f"| {f['1000'][what]:.3f} |"
+            )
+    lines += ["", "| bundle | ratio | value | what |", "|---|---|--:|---|"]
+    for bundle, ratios in result["ratios"].items():
+        for name, r in ratios.items():
+            lines.append(f"| {bundle} | {name} | {_fmt(r['value'], 2)} | {r['what']} |")
+    if result["skipped"]:
+        lines += ["", "Skipped:"]
+        lines += [f"- {s['what']}: {s['reason'].splitlines()[0][:200]}" for s in result["skipped"]]
+    if result["failed_runs"]:
+        lines += ["", "Runs with failures (non-2xx, socket errors, or no successful request):"]
+        lines += [f"- {label}" for label in result["failed_runs"]]
+    return "\n".join(lines) + "\n"

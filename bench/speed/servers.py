@@ -1,0 +1,129 @@
+"""Start one server of the plan (ours, the bare peer or MLServer) for one bundle."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import sys
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from bench.peers import mlserver, procs
+from bench.peers.ours import READY_PATH, OursSettings, ours_command
+from bench.peers.postgres import fresh_schema
+from bench.speed.bundles import BundleCtx
+from bench.speed.plan import ServerSpec
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@dataclass(frozen=True)
+class Launched:
+    spec: ServerSpec
+    port: int
+    pid: int
+    cold_start_s: float
+    paths: dict[str, str]  # route -> URL path
+    formats: dict[str, str]  # route -> body format
+    serves: str
+    argv: list[str]
+    env: dict[str, str]  # the server's own settings, for the record
+
+
+@contextmanager
+def launch(
+    spec: ServerSpec, b: BundleCtx, workdir: Path, create_mlserver_venv: bool
+) -> Iterator[Launched]:
+    port = procs.free_port()
+    log = workdir / f"{spec.label.replace(' ', '_')}-{port}.log"
+    with ExitStack() as stack:
+        if spec.kind == "ours":
+            if spec.audit == "postgres":
+                url = stack.enter_context(fresh_schema())
+            else:
+                url = f"sqlite:///{workdir / f'audit-{spec.bundle}-{port}.db'}"
+            settings = OursSettings(b.store, b.name, spec.workers, spec.audit, url)
+            argv, env = ours_command(settings, port)
+            health = READY_PATH
+            paths = {"predict": "/predict", "oip": f"/v2/models/{b.name}/infer"}
+            formats = {"predict": "native", "oip": "oip"}
+            serves = f"{len(b.manifest['experts'])} experts + gate, audit {spec.audit}"
+        elif spec.kind == "bare":
+            argv = [
+                str(Path(sys.executable).parent / "uvicorn"),
+                "bench.peers.bare_fastapi:create_app",
+                "--factory",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "--workers",
+                str(spec.workers),
+                # Ours switches uvicorn's access log off too (it logs JSON lines itself);
+                # left on, it costs ~75 us a request here, half a hello-world's throughput.
+                "--no-access-log",
+            ]
+            env = dict(os.environ)
+            env.update(BARE_BUNDLE_DIR=str(b.version_dir), BARE_EXPERT=b.peer_expert)
+            health = "/healthz"
+            paths, formats = {"predict": "/predict"}, {"predict": "native"}
+            serves = f"expert {b.peer_expert} only (onnxruntime)"
+        else:
+            mlserver.ensure_venv(create_mlserver_venv)
+            if b.fit_X is None or b.fit_y is None:
+                raise mlserver.MlserverUnavailable(
+                    "the bundle has categorical features; MLServer's runtime takes one FP32 matrix"
+                )
+            model_dir = mlserver.prepare_model(
+                workdir / spec.bundle, b.name, b.peer_expert, b.fit_X, b.fit_y
+            )
+            ports = [port, procs.free_port(), procs.free_port()]
+            argv, env = mlserver.mlserver_command(model_dir, *ports)
+            health = mlserver.READY_PATH
+            paths, formats = {"oip": mlserver.INFER_PATH}, {"oip": "matrix"}
+            serves = f"sklearn {b.peer_expert} refit (mlserver_sklearn, 1 worker, 1 thread)"
+        # MLServer writes its .envs and metrics files to its working directory.
+        cwd = REPO if spec.kind != "mlserver" else workdir / spec.bundle
+        proc, cold = stack.enter_context(procs.server(argv, env, cwd, log, port, health))
+        own = {
+            k: v for k, v in env.items() if k.startswith(("IABMA_", "BARE_", "MLSERVER_", "OMP_"))
+        }
+        yield Launched(spec, port, proc.pid, cold, paths, formats, serves, argv, own)
+
+
+class PreflightError(RuntimeError):
+    pass
+
+
+def preflight(port: int, path: str, bodies: Path) -> None:
+    """One request by hand first: a wrong body shows up as a readable error, not a 0 req/s."""
+    with bodies.open("rb") as f:
+        body = f.readline().rstrip(b"\n")
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    try:
+        conn.request("POST", path, body, {"Content-Type": "application/json"})
+        resp = conn.getresponse()
+        text = resp.read()
+    finally:
+        conn.close()
+    if not 200 <= resp.status < 300:
+        raise PreflightError(f"POST {path} answered {resp.status}: {text[:500]!r}")
+    try:
+        json.loads(text)
+    except ValueError:
+        raise PreflightError(f"POST {path} answered {resp.status} but not JSON") from None
+
+
+def rss(pid: int) -> dict[str, Any]:
+    """VmRSS of one serving process (uvicorn worker, or the server itself) and all of them."""
+    workers = procs.worker_pids(pid)
+    tree = [pid, *procs.descendants(pid)]
+    return {
+        "worker": procs.rss_mb(workers[0]),
+        "workers": [procs.rss_mb(p) for p in workers],
+        "tree_total": round(sum(procs.rss_mb(p) or 0.0 for p in tree), 1),
+    }
