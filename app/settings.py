@@ -59,6 +59,14 @@ class Settings(BaseSettings):
     unknown_category: Literal["reject", "missing"] = Field(
         "reject", description="an unseen category: a 422 naming it, or treated as missing"
     )
+    batching: bool = Field(True, description="concurrent small requests share one run of the graph")
+    batch_wait_ms: float = Field(
+        0.0,
+        ge=0,
+        le=100,
+        description="how long a batch waits for more requests; 0 takes only those ready now",
+    )
+    batch_max_rows: int = Field(256, ge=1, le=100_000, description="rows in one batched run")
     drain_seconds: float = Field(
         0.0, ge=0, le=300, description="after SIGTERM, keep serving this long with /readyz 503"
     )

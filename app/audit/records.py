@@ -7,7 +7,7 @@ the experts' own outputs nor the formatted response. The input is kept as config
 hash, ``off`` neither. The hash is taken over the canonical JSON of the instances (keys
 sorted, no spaces, UTF-8, as orjson writes it).
 
-Rows are built on the writer thread (:meth:`AuditRecord.log_row`), not on the event loop.
+Rows are built on the writer thread (:meth:`AuditRecord.log_values`), not on the event loop.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import hashlib
 import json
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -67,51 +68,53 @@ class AuditRecord:
     input_mode: str
     instances: list[dict[str, Any]]
 
-    @property
-    def top_expert(self) -> str:
-        return self.experts[int(np.argmax(self.weights.mean(axis=0)))]
-
-    def log_row(self) -> dict[str, Any]:
-        """The ``iabma_audit_log`` row."""
+    def log_values(self) -> tuple[Any, ...]:
+        """The ``iabma_audit_log`` row, in :data:`LOG_COLUMNS` order."""
         text = canonical_json(self.instances) if self.input_mode != "off" else None
-        return {
-            "request_id": self.request_id,
-            "created_us": self.created_us,
-            "model": self.model,
-            "version": self.version,
-            "route": self.route,
-            "task": self.task,
-            "n_instances": int(self.weights.shape[0]),
-            "top_expert": self.top_expert,
-            "latency_ms": float(self.latency_ms),
-            "experts": json.dumps(list(self.experts)),
-            "classes": None if self.classes is None else json.dumps(list(self.classes)),
-            "weights": _blob(self.weights),
-            "prediction": _blob(self.prediction),
-            "uncertainty": _blob(self.uncertainty),
-            "input_mode": self.input_mode,
-            "input_hash": hashlib.sha256(text).hexdigest() if text is not None else None,
-            "input_json": text.decode("utf-8") if self.input_mode == "full" and text else None,
-        }
+        sums, tops, top = weight_summary(self.weights, self.experts)
+        return (
+            self.request_id,
+            self.created_us,
+            self.model,
+            self.version,
+            self.route,
+            self.task,
+            int(self.weights.shape[0]),
+            top,
+            float(self.latency_ms),
+            _names_json(self.experts),
+            None if self.classes is None else _names_json(self.classes),
+            _blob(self.weights),
+            _blob(self.prediction),
+            _blob(self.uncertainty),
+            _blob(sums),
+            np.asarray(tops, dtype="<i8").tobytes(),
+            self.input_mode,
+            hashlib.sha256(text).hexdigest() if text is not None else None,
+            text.decode("utf-8") if self.input_mode == "full" and text else None,
+        )
 
-    def weight_rows(self) -> list[dict[str, Any]]:
-        """One ``iabma_audit_weights`` row per expert."""
-        n, m = self.weights.shape
-        sums = self.weights.sum(axis=0).tolist()
-        tops = np.bincount(self.weights.argmax(axis=1), minlength=m).tolist()
-        top = self.top_expert
-        return [
-            {
-                "model": self.model,
-                "created_us": self.created_us,
-                "top_expert": top,
-                "expert": e,
-                "weight_sum": sums[j],
-                "top_count": tops[j],
-                "n": n,
-            }
-            for j, e in enumerate(self.experts)
-        ]
+
+LOG_COLUMNS = (
+    "request_id", "created_us", "model", "version", "route", "task", "n_instances",
+    "top_expert", "latency_ms", "experts", "classes", "weights", "prediction", "uncertainty",
+    "weight_sums", "top_counts", "input_mode", "input_hash", "input_json",
+)  # fmt: skip
+
+
+def weight_summary(
+    weights: np.ndarray, experts: tuple[str, ...]
+) -> tuple[np.ndarray, list[int], str]:
+    """Each expert's weight summed over the rows, how often it was on top, and the top
+    expert of the whole record (largest mean weight)."""
+    sums = weights.sum(axis=0)
+    tops = np.bincount(weights.argmax(axis=1), minlength=len(experts)).tolist()
+    return sums, tops, experts[int(np.argmax(sums))]
+
+
+@lru_cache(maxsize=64)
+def _names_json(names: tuple[Any, ...]) -> str:
+    return json.dumps(list(names))
 
 
 def record_json(row: Any) -> dict[str, Any]:

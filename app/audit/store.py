@@ -1,13 +1,14 @@
 """Reading and writing the trail through SQLAlchemy Core; every method is blocking.
 
 The writer thread calls :meth:`AuditStore.insert` with a whole group of records: one
-transaction, two ``executemany`` calls through the driver on the writer's own connection,
-no ORM work per record. Request handlers call the readers through a worker thread.
+transaction, one multi-row INSERT per table through the driver on the writer's own
+connection, no ORM work per record. Request handlers call the readers through a worker thread.
 
 Paging: records come newest first, ordered by ``(time, id)``. The cursor is the
 base64url text of ``"<created_us>.<id>"`` of the last record on the page; the next page
 holds the records strictly before it. Aggregates cover every record that matches the
-filter (``since`` inclusive, ``until`` exclusive, ``expert``), not only the page.
+filter (``since`` inclusive, ``until`` exclusive, ``expert``), not only the page; they are
+summed in numpy from each record's per-expert sums, one array per set of experts.
 """
 
 from __future__ import annotations
@@ -15,16 +16,18 @@ from __future__ import annotations
 import base64
 import binascii
 import contextlib
+import json
 import re
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import IO, Any
 
-from sqlalchemy import Dialect, Table, and_, func, or_, select
+import numpy as np
+from sqlalchemy import and_, or_, select
 
-from app.audit.records import AuditRecord, record_json
-from app.audit.tables import create_tables, expert_weights, lock_sqlite, make_engine, records
+from app.audit.records import LOG_COLUMNS, AuditRecord, record_json
+from app.audit.tables import create_tables, lock_sqlite, make_engine, records
 from app.errors import Fault, InvalidInput
 
 _CURSOR = re.compile(r"^(\d{1,19})\.(\d{1,19})$")
@@ -56,8 +59,8 @@ class RecordFilter:
     limit: int = 100
     cursor: tuple[int, int] | None = None
 
-    def conditions(self, table: Table = records) -> list[Any]:
-        c = table.c
+    def conditions(self) -> list[Any]:
+        c = records.c
         out: list[Any] = [c.model == self.model]
         if self.since_us is not None:
             out.append(c.created_us >= self.since_us)
@@ -68,13 +71,32 @@ class RecordFilter:
         return out
 
 
-def insert_sql(table: Table, dialect: Dialect) -> tuple[str, list[str] | None]:
-    """The driver's INSERT for every column but the key, and the order of its parameters
-    (None when the driver takes them by name)."""
-    columns = [c.name for c in table.columns if not (c.primary_key and c.autoincrement)]
-    compiled = table.insert().compile(dialect=dialect, column_keys=columns)
-    order = list(compiled.positiontup) if compiled.positional and compiled.positiontup else None
-    return compiled.string, order
+# Rows per INSERT statement: well under SQLite's 32766 and PostgreSQL's 65535 parameters.
+ROWS_PER_STATEMENT = 512
+
+
+class BulkInsert:
+    """``INSERT INTO t (...) VALUES (...), (...), ...``: one statement for many rows.
+
+    ``executemany`` steps SQLite once per row, and CPython takes the GIL back between steps
+    to bind the next row; behind a busy event loop each of those waits up to the GIL's
+    switch interval. One statement per group releases the GIL once.
+    """
+
+    def __init__(self, table: str, columns: Sequence[str], placeholder: str) -> None:
+        self.head = f"INSERT INTO {table} ({', '.join(columns)}) VALUES "
+        self.row = "(" + ", ".join([placeholder] * len(columns)) + ")"
+        self._sql: dict[int, str] = {}
+
+    def statements(self, rows: Sequence[tuple[Any, ...]]) -> list[tuple[str, list[Any]]]:
+        out = []
+        for start in range(0, len(rows), ROWS_PER_STATEMENT):
+            chunk = rows[start : start + ROWS_PER_STATEMENT]
+            sql = self._sql.get(len(chunk))
+            if sql is None:
+                sql = self._sql[len(chunk)] = self.head + ", ".join([self.row] * len(chunk))
+            out.append((sql, [v for row in chunk for v in row]))
+        return out
 
 
 class AuditStore:
@@ -84,8 +106,8 @@ class AuditStore:
         self.timeout_seconds = timeout_seconds
         self._lock: IO[str] | None = None
         self._writer: Any = None  # the writer thread's own DBAPI connection
-        self._log_sql = insert_sql(records, self.engine.dialect)
-        self._weights_sql = insert_sql(expert_weights, self.engine.dialect)
+        placeholder = "?" if self.engine.dialect.paramstyle == "qmark" else "%s"
+        self._log = BulkInsert(records.name, LOG_COLUMNS, placeholder)
 
     def prepare(self) -> None:
         """Claim a SQLite trail for this process, then create the tables, retrying while
@@ -110,27 +132,20 @@ class AuditStore:
             self._lock.close()
             self._lock = None
 
-    @staticmethod
-    def _params(rows: list[dict[str, Any]], order: list[str] | None) -> list[Any]:
-        if order is None:
-            return rows
-        return [tuple(r[k] for k in order) for r in rows]
-
     def insert(self, batch: Sequence[AuditRecord]) -> None:
-        """One transaction for the whole group, through the driver's executemany.
+        """One transaction for the whole group: one multi-row INSERT.
 
         Called only from the writer thread, which keeps one connection for itself.
         """
-        log = [r.log_row() for r in batch]
-        weights = [w for r in batch for w in r.weight_rows()]
+        statements = self._log.statements([r.log_values() for r in batch])
         if self._writer is None:
             self._writer = self.engine.raw_connection()
         conn = self._writer
         try:
             cur = conn.cursor()
             try:
-                cur.executemany(self._log_sql[0], self._params(log, self._log_sql[1]))
-                cur.executemany(self._weights_sql[0], self._params(weights, self._weights_sql[1]))
+                for sql, params in statements:
+                    cur.execute(sql, params)
             finally:
                 cur.close()
             conn.commit()
@@ -166,24 +181,39 @@ class AuditStore:
         return [record_json(r) for r in rows], cursor
 
     def aggregate(self, flt: RecordFilter) -> dict[str, Any]:
-        conds = flt.conditions()
-        totals = select(func.count(), func.coalesce(func.sum(records.c.n_instances), 0)).where(
-            *conds
+        """Each expert's mean weight and top share over every row of every matching record.
+
+        Records of versions with the same experts are summed as one array; an expert
+        counts over the rows of the records that had it.
+        """
+        c = records.c
+        query = select(c.experts, c.n_instances, c.weight_sums, c.top_counts).where(
+            *flt.conditions()
         )
-        w = expert_weights.c
-        per_expert = (
-            select(w.expert, func.sum(w.weight_sum), func.sum(w.top_count), func.sum(w.n))
-            .where(*flt.conditions(expert_weights))
-            .group_by(w.expert)
-            .order_by(w.expert)
-        )
+        groups: dict[str, tuple[list[bytes], list[bytes], list[int]]] = {}
+        n_records = n_rows = 0
         with self.engine.connect() as conn:
-            n_records, n_rows = conn.execute(totals).one()
-            experts = {
-                name: {
-                    "mean_weight": float(total) / int(n),
-                    "argmax_share": int(tops) / int(n),
-                }
-                for name, total, tops, n in conn.execute(per_expert)
-            }
-        return {"records": int(n_records), "instances": int(n_rows), "experts": experts}
+            for experts, n, sums, tops in conn.execute(query):
+                group = groups.setdefault(experts, ([], [], []))
+                group[0].append(sums)
+                group[1].append(tops)
+                group[2].append(n)
+                n_records += 1
+                n_rows += n
+        totals: dict[str, list[float]] = {}
+        for experts, (sums, tops, ns) in groups.items():
+            names = json.loads(experts)
+            m = len(names)
+            weight = np.frombuffer(b"".join(sums), "<f8").reshape(-1, m).sum(axis=0)
+            top = np.frombuffer(b"".join(tops), "<i8").reshape(-1, m).sum(axis=0)
+            rows = float(sum(ns))
+            for j, name in enumerate(names):
+                t = totals.setdefault(name, [0.0, 0.0, 0.0])
+                t[0] += float(weight[j])
+                t[1] += float(top[j])
+                t[2] += rows
+        experts_out = {
+            name: {"mean_weight": w / n, "argmax_share": k / n}
+            for name, (w, k, n) in sorted(totals.items())
+        }
+        return {"records": n_records, "instances": n_rows, "experts": experts_out}

@@ -1,15 +1,14 @@
-"""The audit trail's two tables (SQLAlchemy Core) and the engine for SQLite or PostgreSQL.
+"""The audit trail's table (SQLAlchemy Core) and the engine for SQLite or PostgreSQL.
 
 ``iabma_audit_log`` holds one row per answered request: who, when, which version, and the
-answer as compact arrays (little-endian float64): the weights ``(n, m)``, the prediction
+answer as compact arrays (little-endian): the weights ``(n, m)``, the prediction
 (``(n, C)`` class probabilities, or ``(n, 4)`` mean, std and the 90% interval), the
-uncertainty ``(n, 4)``, plus the experts' and classes' names and the input (or its keyed
-hash). ``GET /weights`` rebuilds its JSON from these.
+uncertainty ``(n, 4)``, each expert's weight summed over the rows and how often it was on
+top, plus the experts' and classes' names and the input (or its keyed hash).
+``GET /weights`` rebuilds its JSON, and its aggregates, from these.
 
-``iabma_audit_weights`` holds, per record and expert, the sum of that expert's weights,
-how often it had the largest weight, and over how many rows, with the record's model,
-time and top expert copied in, so that any time range aggregates in SQL whichever
-experts each version had, without a join.
+One table, three indexes, appended in time order (generated request ids are time-ordered
+too): a group commit touches a handful of pages whatever its size.
 """
 
 from __future__ import annotations
@@ -61,26 +60,14 @@ records = Table(
     Column("weights", LargeBinary, nullable=False),
     Column("prediction", LargeBinary, nullable=False),
     Column("uncertainty", LargeBinary, nullable=False),
+    Column("weight_sums", LargeBinary, nullable=False),  # (m,) float64: sum over the rows
+    Column("top_counts", LargeBinary, nullable=False),  # (m,) int64: rows where j was on top
     Column("input_mode", String(8), nullable=False),
     Column("input_hash", String(64)),
     Column("input_json", Text),
     Index("ix_iabma_audit_log_time", "model", "created_us", "id"),
     Index("ix_iabma_audit_log_top", "model", "top_expert", "created_us"),
     Index("ix_iabma_audit_log_request_id", "request_id"),
-)
-
-expert_weights = Table(
-    "iabma_audit_weights",
-    metadata,
-    Column("model", String(128), nullable=False),
-    Column("created_us", BigInteger, nullable=False),
-    Column("top_expert", String(128), nullable=False),
-    Column("expert", String(128), nullable=False),
-    Column("weight_sum", Double, nullable=False),
-    Column("top_count", Integer, nullable=False),
-    Column("n", Integer, nullable=False),
-    Index("ix_iabma_audit_weights_time", "model", "created_us"),
-    Index("ix_iabma_audit_weights_top", "model", "top_expert", "created_us"),
 )
 
 

@@ -1,21 +1,26 @@
-"""Group commit: requests queue their record and wait; one writer commits them together.
+"""Group commit on a writer thread: requests queue their record and wait for its commit.
 
-Each request awaits its own future. The writer takes everything queued (up to
-``IABMA_AUDIT_BATCH_MAX``), commits it in one transaction on a dedicated thread, then
-resolves all those futures at once; while it commits, the next group accumulates. A
-response therefore leaves only after its record is durable, yet under load one fsync is
-shared by many requests. If the commit fails, or takes longer than
-``IABMA_AUDIT_TIMEOUT_SECONDS``, the waiting requests get
-:class:`~app.errors.AuditUnavailable` (503). Closing the writer flushes the queue first.
+Each request puts ``(record, future)`` on a thread-safe queue and awaits the future. The
+writer thread takes whatever is queued (up to ``IABMA_AUDIT_BATCH_MAX``), commits it in
+one transaction, and resolves those futures on the event loop. It starts committing the
+first records while the event loop is still answering the others, so commits overlap
+with work instead of following it; under load one fsync serves many requests. A response
+therefore leaves only after its record is durable.
+
+If a commit fails, the waiting requests get :class:`~app.errors.AuditUnavailable` (503);
+a watchdog fails any request still waiting after ``IABMA_AUDIT_TIMEOUT_SECONDS``. Closing
+the writer flushes the queue first.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import logging
+import queue
+import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 
 from app.audit.records import AuditRecord
 from app.audit.store import AuditStore
@@ -24,6 +29,7 @@ from app.metrics import ServiceMetrics
 
 log = logging.getLogger("iabma.audit")
 _Item = tuple[AuditRecord, asyncio.Future[None]]
+_STOP = None
 
 
 class AuditWriter:
@@ -40,82 +46,112 @@ class AuditWriter:
         self.labels = labels
         self.batch_max = batch_max
         self.timeout_seconds = timeout_seconds
-        self._queue: asyncio.Queue[_Item | None] = asyncio.Queue()
+        self._queue: queue.SimpleQueue[_Item | None] = queue.SimpleQueue()
         self._in_commit = 0
-        self._executor = ThreadPoolExecutor(1, thread_name_prefix="iabma-audit")
-        self._task: asyncio.Task[None] | None = None
+        # Futures in the order they were queued, with the time each must commit by.
+        self._deadlines: collections.deque[tuple[float, asyncio.Future[None]]] = collections.deque()
+        self._thread: threading.Thread | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._watchdog: asyncio.Task[None] | None = None
 
     def start(self) -> None:
-        self._task = asyncio.get_running_loop().create_task(self._run(), name="iabma-audit")
+        self._loop = asyncio.get_running_loop()
+        self._thread = threading.Thread(target=self._run, name="iabma-audit", daemon=True)
+        self._thread.start()
+        self._watchdog = self._loop.create_task(self._expire(), name="iabma-audit-watchdog")
 
     @property
     def depth(self) -> int:
         return self._queue.qsize() + self._in_commit
 
-    def _gauge(self) -> None:
-        self.metrics.audit_depth.set(self.labels(), self.depth)
-
     async def write(self, record: AuditRecord) -> None:
         """Return once ``record`` is committed; raise ``AuditUnavailable`` otherwise."""
-        if self._task is None or self._task.done():
+        if self._thread is None or not self._thread.is_alive() or self._loop is None:
             raise AuditUnavailable("the audit writer is not running", field="audit")
-        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        # A request that gave up waiting must not leave an unretrieved exception behind.
-        done.add_done_callback(lambda f: f.cancelled() or f.exception())
-        self._queue.put_nowait((record, done))
-        self._gauge()
-        try:
-            await asyncio.wait_for(asyncio.shield(done), self.timeout_seconds)
-        except TimeoutError:
-            raise AuditUnavailable(
-                f"the audit store did not commit within {self.timeout_seconds:g} s "
-                "(IABMA_AUDIT_TIMEOUT_SECONDS)",
-                field="audit",
-            ) from None
+        done: asyncio.Future[None] = self._loop.create_future()
+        self._deadlines.append((time.monotonic() + self.timeout_seconds, done))
+        self._queue.put((record, done))
+        await done
 
-    async def _run(self) -> None:
-        loop = asyncio.get_running_loop()
+    async def _expire(self) -> None:
+        """Fail the requests whose record has waited too long (a hung database)."""
+        while True:
+            await asyncio.sleep(min(0.5, self.timeout_seconds / 4))
+            now = time.monotonic()
+            while self._deadlines and (
+                self._deadlines[0][1].done() or self._deadlines[0][0] <= now
+            ):
+                _, fut = self._deadlines.popleft()
+                if not fut.done():
+                    fut.set_exception(
+                        AuditUnavailable(
+                            f"the audit store did not commit within {self.timeout_seconds:g} s "
+                            "(IABMA_AUDIT_TIMEOUT_SECONDS)",
+                            field="audit",
+                        )
+                    )
+            self.metrics.audit_depth.set(self.labels(), self.depth)
+
+    def _run(self) -> None:
         stopping = False
         while not stopping:
-            first = await self._queue.get()
-            if first is None:
+            first = self._queue.get()
+            if first is _STOP:
                 break
             batch = [first]
-            while len(batch) < self.batch_max and not self._queue.empty():
-                item = self._queue.get_nowait()
-                if item is None:
+            while len(batch) < self.batch_max:
+                try:
+                    item = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+                if item is _STOP:
                     stopping = True
                     break
                 batch.append(item)
-            self._in_commit = len(batch)
-            t0 = time.perf_counter()
-            try:
-                await loop.run_in_executor(
-                    self._executor, self.store.insert, [rec for rec, _ in batch]
-                )
-            except Exception as exc:
-                log.error("audit commit of %d records failed: %s", len(batch), exc, exc_info=exc)
-                self.metrics.audit_failures.inc(self.labels())
-                message = (
-                    f"the audit store is unavailable ({type(exc).__name__}); nothing was "
-                    "recorded, retry later"
-                )
-                for _, fut in batch:
-                    if not fut.done():
-                        fut.set_exception(AuditUnavailable(message, field="audit"))
+            self._commit(batch)
+
+    def _commit(self, batch: list[_Item]) -> None:
+        self._in_commit = len(batch)
+        t0 = time.perf_counter()
+        try:
+            self.store.insert([rec for rec, _ in batch])
+        except Exception as exc:
+            log.error("audit commit of %d records failed: %s", len(batch), exc, exc_info=exc)
+            error: Exception | None = AuditUnavailable(
+                f"the audit store is unavailable ({type(exc).__name__}); nothing was "
+                "recorded, retry later",
+                field="audit",
+            )
+        else:
+            error = None
+        seconds = time.perf_counter() - t0
+        self._in_commit = 0
+        assert self._loop is not None
+        self._loop.call_soon_threadsafe(self._settle, batch, error, seconds)
+
+    def _settle(self, batch: list[_Item], error: Exception | None, seconds: float) -> None:
+        """On the event loop: wake the requests of a committed (or failed) group."""
+        labels = self.labels()
+        if error is None:
+            self.metrics.audit_commit_seconds.observe(labels, seconds)
+            self.metrics.audit_records.inc(labels, len(batch))
+        else:
+            self.metrics.audit_failures.inc(labels)
+        for _, fut in batch:
+            if fut.done():
+                continue
+            if error is None:
+                fut.set_result(None)
             else:
-                labels = self.labels()
-                self.metrics.audit_commit_seconds.observe(labels, time.perf_counter() - t0)
-                self.metrics.audit_records.inc(labels, len(batch))
-                for _, fut in batch:
-                    if not fut.done():
-                        fut.set_result(None)
-            self._in_commit = 0
-            self._gauge()
+                fut.set_exception(error)
 
     async def close(self) -> None:
         """Commit whatever is queued, then stop the writer thread."""
-        if self._task is not None and not self._task.done():
-            self._queue.put_nowait(None)
-            await self._task
-        self._executor.shutdown(wait=True)
+        if self._thread is not None and self._thread.is_alive():
+            self._queue.put(_STOP)
+            await asyncio.to_thread(self._thread.join)
+        if self._watchdog is not None:
+            self._watchdog.cancel()
+            self._watchdog = None
+        # Settle callbacks posted by the last commit before anyone reads the futures.
+        await asyncio.sleep(0)

@@ -32,6 +32,7 @@ class Prediction:
     std: np.ndarray | None = None  # (n,)
     interval: np.ndarray | None = None  # (n, 2), central INTERVAL
     expert_means: np.ndarray | None = None  # (n, m)
+    finite: bool = False  # every value above is finite (checked once per graph run)
 
     @property
     def n(self) -> int:
@@ -55,6 +56,7 @@ class Prediction:
             std=pick(self.std),
             interval=pick(self.interval),
             expert_means=pick(self.expert_means),
+            finite=self.finite,
         )
 
 
@@ -80,6 +82,7 @@ class BundlePredictor:
 
     def predict(self, columns: Mapping[str, np.ndarray], interval: bool = True) -> Prediction:
         out, seconds = self.run(columns)
+        finite = all(np.isfinite(v).all() for v in out.values())
         if self.manifest.task == "classification":
             return Prediction(
                 weights=out["weights"],
@@ -87,8 +90,12 @@ class BundlePredictor:
                 seconds=seconds,
                 proba=out["probabilities"],
                 expert_proba=out["expert_probabilities"],
+                finite=finite,
             )
-        bounds = self.interval(out["weights"], out["expert_means"]) if interval else None
+        bounds = None
+        if interval:
+            bounds = self.interval(out["weights"], out["expert_means"])
+            finite = finite and bool(np.isfinite(bounds).all())
         return Prediction(
             weights=out["weights"],
             uncertainty=out["uncertainty"],
@@ -97,6 +104,7 @@ class BundlePredictor:
             std=out["std"],
             interval=bounds,
             expert_means=out["expert_means"],
+            finite=finite,
         )
 
     def mixture(self, weights: np.ndarray, expert_means: np.ndarray) -> RegressionMixture:

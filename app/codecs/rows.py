@@ -23,6 +23,7 @@ if TYPE_CHECKING:
 
 UNCERTAINTY = ("total", "aleatoric", "epistemic", "selection")
 NUMBER, LABEL = -1, -2  # slot kinds; an expert's label slot holds the expert's index
+_FEW_ROWS = 4
 
 
 def _json(value: object) -> bytes:
@@ -57,12 +58,16 @@ class RowTemplate:
     label_slot: int | None  # slot position of the mixture's label
     expert_label_slots: np.ndarray  # slot position of expert j's label
     label_tokens: np.ndarray  # object: each class label as JSON
+    slot_kinds: tuple[int, ...] = ()  # per slot: NUMBER, LABEL, or an expert's index
+    fragment_list: tuple[bytes, ...] = ()  # the fragments as plain bytes
 
     def render(
         self, numbers: np.ndarray, labels: tuple[np.ndarray, np.ndarray | None] | None
     ) -> bytes:
         """The rows, comma-separated: ``numbers`` is (n, K) in slot order."""
         n, k = numbers.shape
+        if n <= _FEW_ROWS:
+            return self._render_few(numbers, labels)
         tokens = np.empty((n, len(self.fragments) - 1), dtype=object)
         if k:
             raw = orjson.dumps(numbers, option=orjson.OPT_SERIALIZE_NUMPY)
@@ -78,6 +83,30 @@ class RowTemplate:
         full[:, 0::2] = self.fragments
         full[:, 1::2] = tokens
         return b"".join(full.ravel().tolist())[:-1]  # every row ends with "},"
+
+    def _render_few(
+        self, numbers: np.ndarray, labels: tuple[np.ndarray, np.ndarray | None] | None
+    ) -> bytes:
+        """The same rows in plain Python: numpy's per-call cost dominates a row or two."""
+        kinds = self.slot_kinds
+        fragments = self.fragment_list
+        tokens = self.label_tokens
+        raw = orjson.dumps(numbers, option=orjson.OPT_SERIALIZE_NUMPY)
+        flat = iter(raw[2:-2].replace(b"],[", b",").split(b",")) if numbers.shape[1] else iter(())
+        mixture = labels[0].tolist() if labels is not None else None
+        experts = labels[1].tolist() if labels is not None and labels[1] is not None else None
+        parts: list[bytes] = []
+        for i in range(numbers.shape[0]):
+            parts.append(fragments[0])
+            for slot, kind in enumerate(kinds):
+                if kind == NUMBER:
+                    parts.append(next(flat))
+                elif kind == LABEL:
+                    parts.append(tokens[mixture[i]])  # type: ignore[index]
+                else:
+                    parts.append(tokens[experts[i][kind]])  # type: ignore[index]
+                parts.append(fragments[slot + 1])
+        return b"".join(parts)[:-1]
 
 
 def row_template(model: LoadedModel, include: Sequence[str]) -> RowTemplate:
@@ -139,4 +168,6 @@ def row_template(model: LoadedModel, include: Sequence[str]) -> RowTemplate:
         label_slot=label_at,
         expert_label_slots=np.asarray(expert_labels, dtype=np.int64),
         label_tokens=tokens,
+        slot_kinds=tuple(b.slots),
+        fragment_list=tuple(b.fragments),
     )

@@ -6,12 +6,11 @@ from fastapi import APIRouter, Request
 from starlette.responses import Response
 
 from app.responses import json_response
+from app.routes.deps import ServiceDep
 from app.schemas import ErrorBody, Reloaded
-from app.service import Service
 
 
-async def reload(request: Request) -> Response:
-    service: Service = request.app.state.service
+async def reload(request: Request, service: ServiceDep) -> Response:
     return json_response(await service.reload(request.headers.get("authorization")))
 
 

@@ -2,20 +2,19 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter
 from starlette.responses import Response
 
 from app.responses import json_response
+from app.routes.deps import ServiceDep
 from app.schemas import ERRORS
-from app.service import Service
 
 
 async def livez() -> Response:
     return json_response({"status": "alive"})
 
 
-async def readyz(request: Request) -> Response:
-    service: Service = request.app.state.service
+async def readyz(service: ServiceDep) -> Response:
     runtime = service.runtime
     model = runtime.current
     if runtime.ready and model is not None:
@@ -24,8 +23,7 @@ async def readyz(request: Request) -> Response:
     return json_response({"status": reason}, status=503)
 
 
-async def models(request: Request) -> Response:
-    service: Service = request.app.state.service
+async def models(service: ServiceDep) -> Response:
     return json_response(service.runtime.require().summary)
 
 

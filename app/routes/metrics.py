@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter
 from starlette.responses import Response
 
 from app.metrics import CONTENT_TYPE
-from app.service import Service
+from app.routes.deps import ServiceDep
 
 
-async def metrics(request: Request) -> Response:
-    service: Service = request.app.state.service
+async def metrics(service: ServiceDep) -> Response:
     writer = service.writer
     if writer is not None:
         service.metrics.audit_depth.set(service.labels(), writer.depth)

@@ -14,7 +14,7 @@ from app.body import json_body
 from app.codecs import oip
 from app.errors import NotFound
 from app.responses import json_response
-from app.routes.deps import ContextDep, ServiceDep
+from app.routes.deps import ServiceDep, context_of, service_of
 from app.runtime import LoadedModel
 from app.schemas import OipError
 from app.service import Service
@@ -54,7 +54,9 @@ async def model_ready(name: str, service: ServiceDep) -> Response:
     return json_response({"name": model.name, "ready": ok}, status=200 if ok else 503)
 
 
-async def infer(name: str, request: Request, service: ServiceDep, ctx: ContextDep) -> Response:
+async def infer(name: str, request: Request) -> Response:
+    # Not dependencies: see app/routes/deps.py for what they cost on this route.
+    service, ctx = service_of(request), context_of(request)
     model = served(service, name)
     body = await json_body(request, service.settings.max_body_bytes)
     inference, requested = oip.decode(body, model, service.settings.max_batch_rows)

@@ -8,7 +8,7 @@ from starlette.responses import Response
 from app.body import json_body
 from app.codecs import native
 from app.responses import json_response
-from app.routes.deps import ContextDep, ServiceDep
+from app.routes.deps import context_of, service_of
 from app.schemas import ERRORS, PredictRequest, PredictResponse
 
 DESCRIPTION = """
@@ -28,7 +28,9 @@ or a content type other than `application/json` (415).
 """
 
 
-async def predict(request: Request, service: ServiceDep, ctx: ContextDep) -> Response:
+async def predict(request: Request) -> Response:
+    # Not dependencies: see app/routes/deps.py for what they cost on this route.
+    service, ctx = service_of(request), context_of(request)
     model = service.runtime.require()
     body = await json_body(request, service.settings.max_body_bytes)
     inference, opts = native.decode(body, model, service.settings.max_batch_rows)

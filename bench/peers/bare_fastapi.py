@@ -39,7 +39,10 @@ def create_app() -> FastAPI:
     wanted = os.environ.get("BARE_EXPERT") or manifest["experts"][0]["name"]
     expert = next(e for e in manifest["experts"] if e["name"] == wanted)
     features = manifest["features"]
-    numeric = {f["name"] for f in features if f["dtype"] == "float"}
+    # Clients send the user's column names; the graph's inputs carry the manifest's
+    # graph names ("input").
+    user_name = {f["input"]: f["name"] for f in features}
+    numeric = {f["input"] for f in features if f["dtype"] == "float"}
     missing = manifest.get("missing_token", "__missing__")
     classification = manifest["task"] == "classification"
 
@@ -65,11 +68,12 @@ def create_app() -> FastAPI:
         rows = [row.model_dump(by_alias=True) for row in body.instances]
         feed = {}
         for name in expert["inputs"]:
+            key = user_name[name]
             if name in numeric:
-                col = [np.nan if r[name] is None else r[name] for r in rows]
+                col = [np.nan if r[key] is None else r[key] for r in rows]
                 feed[name] = np.asarray(col, dtype=np.float32).reshape(-1, 1)
             else:
-                col = [missing if r[name] is None else r[name] for r in rows]
+                col = [missing if r[key] is None else r[key] for r in rows]
                 feed[name] = np.asarray(col, dtype=object).reshape(-1, 1)
         (out,) = session.run([output], feed)
         if classification:

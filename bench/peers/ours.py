@@ -1,7 +1,7 @@
-"""How to start OUR server, in one place: the app's CLI and settings are being reworked.
+"""How to start our server, in one place.
 
 :func:`ours_command` is the only code in the benchmark that knows the serving command line
-and its ``IABMA_*`` environment; adapt it (and nothing else) when those change.
+and its ``IABMA_*`` environment.
 """
 
 from __future__ import annotations

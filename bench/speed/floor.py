@@ -1,8 +1,6 @@
 """The in-process floor: the bundle run in this process on the same rows, no HTTP, no JSON.
 
->>> THE APP'S PYTHON API IS BEING REWORKED: :func:`in_process_floor` is the ONE place in the
->>> benchmark that imports ``app`` internals. Adapt it when ``app.bundle`` / ``app.inputs``
->>> change; nothing else depends on their shape.
+:func:`in_process_floor` is the one place in the benchmark that imports ``app`` internals.
 """
 
 from __future__ import annotations

@@ -1,0 +1,75 @@
+"""Dynamic batching: concurrent small requests share one run of the graph.
+
+A request waits for its rows' answer on a future; the first one in a batch schedules the
+batch to run after the event loop has handled everything else that is ready (or after
+``IABMA_BATCH_WAIT_MS``), so requests that arrive together are predicted together, as
+Triton's dynamic batcher and MLServer's adaptive batching do. With the default wait of 0
+no request waits for others that have not arrived yet; at one client a request pays one
+extra turn of the loop. Each request then checks, encodes and audits its own rows.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from app.bundle.columns import Columns
+from app.bundle.predictor import Prediction
+from app.runtime import LoadedModel
+
+
+@dataclass
+class _Batch:
+    model: LoadedModel
+    parts: list[tuple[Columns, int, asyncio.Future[Prediction]]] = field(default_factory=list)
+    rows: int = 0
+
+
+class Batcher:
+    def __init__(self, wait_ms: float, max_rows: int) -> None:
+        self.wait = wait_ms / 1000.0
+        self.max_rows = max_rows
+        self._open: _Batch | None = None
+        self.batches = 0  # graph runs, for tests and metrics
+        self.requests = 0
+
+    async def predict(self, model: LoadedModel, columns: Columns, n: int) -> Prediction:
+        loop = asyncio.get_running_loop()
+        batch = self._open
+        if batch is None or batch.model is not model or batch.rows + n > self.max_rows:
+            batch = self._open = _Batch(model)
+            if self.wait > 0:
+                loop.call_later(self.wait, self._run, batch)
+            else:
+                loop.call_soon(self._run, batch)
+        done: asyncio.Future[Prediction] = loop.create_future()
+        batch.parts.append((columns, n, done))
+        batch.rows += n
+        return await done
+
+    def _run(self, batch: _Batch) -> None:
+        if self._open is batch:
+            self._open = None
+        self.batches += 1
+        self.requests += len(batch.parts)
+        try:
+            if len(batch.parts) == 1:
+                columns, _, done = batch.parts[0]
+                if not done.done():
+                    done.set_result(batch.model.predictor.predict(columns))
+                return
+            names = batch.parts[0][0].keys()
+            merged = {k: np.concatenate([c[k] for c, _, _ in batch.parts]) for k in names}
+            pred = batch.model.predictor.predict(merged)
+        except Exception as exc:  # onnxruntime's errors are untyped; each request reports it
+            for _, _, done in batch.parts:
+                if not done.done():
+                    done.set_exception(exc)
+            return
+        start = 0
+        for _, n, done in batch.parts:
+            if not done.done():
+                done.set_result(pred.rows(slice(start, start + n)))
+            start += n
