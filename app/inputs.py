@@ -107,30 +107,34 @@ class FeatureTable:
 
     def columns(self, rows: Sequence[Mapping[str, Any]], field_of: FieldName) -> Columns:
         """Validate every row; raise :class:`InvalidInput` listing the faults found."""
-        fast = self._columns_fast(rows)
-        return fast if fast is not None else self._columns_exact(rows, field_of)
+        if set(map(len, rows)) == {len(self.names)}:
+            try:
+                fast = self.columns_fast({name: [row[name] for row in rows] for name in self.names})
+            except KeyError:  # a row lacks a feature and has another key instead
+                fast = None
+            if fast is not None:
+                return fast
+        return self._columns_exact(rows, field_of)
 
-    def _columns_fast(self, rows: Sequence[Mapping[str, Any]]) -> Columns | None:
-        """Column at a time, for rows of plain values; None sends the batch to the exact path.
+    def columns_fast(self, data: Mapping[str, list[Any]]) -> Columns | None:
+        """Column at a time, for columns of plain values (every feature, equal lengths);
+        None sends the batch to the exact path.
 
-        Anything unusual (a missing or extra key, text in a numeric column, a value to
-        normalise, an unknown category, a non-finite or out-of-range number) falls back, so
-        the exact path alone decides what is refused and how the fault is named.
+        Anything unusual (text in a numeric column, a value to normalise, an unknown
+        category, a non-finite or out-of-range number) falls back, so the exact path alone
+        decides what is refused and how the fault is named.
         """
-        width = len(self.names)
-        if any(len(row) != width for row in rows):
-            return None
         out: Columns = {}
         numbers: list[list[Any]] = []
         try:
             for name in self.numeric_names:
-                col = [row[name] for row in rows]
+                col = data[name]
                 if not set(map(type, col)) <= _PLAIN_NUMBERS:
                     return None
                 numbers.append(col)
             for name in self.categorical_names:
                 known = self._exact[name]
-                picked = [known[row[name]] for row in rows]
+                picked = [known[v] for v in data[name]]
                 out[self.inputs[name]] = np.array(picked, dtype=object).reshape(-1, 1)
             if numbers:
                 # Every numeric column at once: a few numpy calls per batch, not per column.
@@ -140,7 +144,7 @@ class FeatureTable:
                 arr32 = arr.astype(np.float32)
                 for j, name in enumerate(self.numeric_names):
                     out[self.inputs[name]] = arr32[j].reshape(-1, 1)
-        except (KeyError, TypeError, OverflowError):  # unhashable value, huge integer, ...
+        except (KeyError, TypeError, OverflowError, ValueError):  # unhashable, huge, ragged
             return None
         return out
 

@@ -28,7 +28,9 @@ RowField = Callable[[int], str]
 class InferenceRequest:
     columns: Columns  # validated, by graph input name
     n: int
-    instances: list[dict[str, Any]]  # the rows as sent, by the user's names (audit payload)
+    # The rows as sent, by the user's names (the audit payload), or how to make them: the
+    # writer thread builds them only if IABMA_AUDIT_PAYLOAD keeps the input.
+    instances: list[dict[str, Any]] | Callable[[], list[dict[str, Any]]]
     route: str  # "predict", "oip_infer", ...
     row_field: RowField  # how error messages name row i
 

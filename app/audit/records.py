@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from functools import lru_cache
@@ -66,11 +67,14 @@ class AuditRecord:
     uncertainty: np.ndarray  # (n, 4)
     latency_ms: float
     input_mode: str
-    instances: list[dict[str, Any]]
+    instances: list[dict[str, Any]] | Callable[[], list[dict[str, Any]]]
 
     def log_values(self) -> tuple[Any, ...]:
         """The ``iabma_audit_log`` row, in :data:`LOG_COLUMNS` order."""
-        text = canonical_json(self.instances) if self.input_mode != "off" else None
+        text = None
+        if self.input_mode != "off":
+            rows = self.instances() if callable(self.instances) else self.instances
+            text = canonical_json(rows)
         sums, tops, top = weight_summary(self.weights, self.experts)
         return (
             self.request_id,

@@ -151,10 +151,18 @@ def decode(body: Any, model: LoadedModel, max_rows: int) -> tuple[InferenceReque
         raise TooManyRows(
             f"{n_rows} rows exceed the limit of {max_rows} (IABMA_MAX_BATCH_ROWS)", field="inputs"
         )
-    rows = [dict(zip(data, values, strict=True)) for values in zip(*data.values(), strict=True)]
-    columns = table.columns(rows, lambda i, name: f"inputs[{name}].data[{i}]")
-    request = InferenceRequest(columns, n_rows, rows, "oip_infer", lambda i: f"row {i}")
+    columns = table.columns_fast(data)
+    if columns is None:
+        columns = table.columns(rows_of(data), lambda i, name: f"inputs[{name}].data[{i}]")
+    request = InferenceRequest(
+        columns, n_rows, lambda: rows_of(data), "oip_infer", lambda i: f"row {i}"
+    )
     return request, Requested(_requested(body.get("outputs"), model), given_id)
+
+
+def rows_of(data: dict[str, list[Any]]) -> list[dict[str, Any]]:
+    """Tensors as rows by feature name: the audit trail's view of an input."""
+    return [dict(zip(data, values, strict=True)) for values in zip(*data.values(), strict=True)]
 
 
 @dataclass(frozen=True)

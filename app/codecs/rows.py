@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 
 UNCERTAINTY = ("total", "aleatoric", "epistemic", "selection")
 NUMBER, LABEL = -1, -2  # slot kinds; an expert's label slot holds the expert's index
-_FEW_ROWS = 4
+_NUMPY = orjson.OPT_SERIALIZE_NUMPY
 
 
 def _json(value: object) -> bytes:
@@ -53,67 +53,46 @@ class _Builder:
 
 @dataclass(frozen=True)
 class RowTemplate:
-    fragments: np.ndarray  # (S + 1,) object: the text around the S slots
-    number_slots: np.ndarray  # slot positions of the numbers, in the block's order
-    label_slot: int | None  # slot position of the mixture's label
-    expert_label_slots: np.ndarray  # slot position of expert j's label
-    label_tokens: np.ndarray  # object: each class label as JSON
-    slot_kinds: tuple[int, ...] = ()  # per slot: NUMBER, LABEL, or an expert's index
-    fragment_list: tuple[bytes, ...] = ()  # the fragments as plain bytes
+    slot_kinds: tuple[int, ...]  # per slot: NUMBER, LABEL, or the index of an expert's label
+    fragment_list: tuple[bytes, ...]  # the text around the slots: one more than slots
+    label_tokens: tuple[bytes, ...]  # each class label as JSON
 
     def render(
         self, numbers: np.ndarray, labels: tuple[np.ndarray, np.ndarray | None] | None
     ) -> bytes:
-        """The rows, comma-separated: ``numbers`` is (n, K) in slot order."""
-        n, k = numbers.shape
-        if n <= _FEW_ROWS:
-            return self._render_few(numbers, labels)
-        tokens = np.empty((n, len(self.fragments) - 1), dtype=object)
-        if k:
-            raw = orjson.dumps(numbers, option=orjson.OPT_SERIALIZE_NUMPY)
-            flat = raw[2:-2].replace(b"],[", b",").split(b",")
-            tokens[:, self.number_slots] = np.array(flat, dtype=object).reshape(n, k)
-        if labels is not None:
-            mixture, experts = labels
-            if self.label_slot is not None:
-                tokens[:, self.label_slot] = self.label_tokens[mixture]
-            if len(self.expert_label_slots) and experts is not None:
-                tokens[:, self.expert_label_slots] = self.label_tokens[experts]
-        full = np.empty((n, 2 * tokens.shape[1] + 1), dtype=object)
-        full[:, 0::2] = self.fragments
-        full[:, 1::2] = tokens
-        return b"".join(full.ravel().tolist())[:-1]  # every row ends with "},"
+        """The rows, comma-separated: ``numbers`` is (n, K) in slot order.
 
-    def _render_few(
-        self, numbers: np.ndarray, labels: tuple[np.ndarray, np.ndarray | None] | None
-    ) -> bytes:
-        """The same rows in plain Python: numpy's per-call cost dominates a row or two."""
-        kinds = self.slot_kinds
-        fragments = self.fragment_list
-        tokens = self.label_tokens
-        raw = orjson.dumps(numbers, option=orjson.OPT_SERIALIZE_NUMPY)
-        flat = iter(raw[2:-2].replace(b"],[", b",").split(b",")) if numbers.shape[1] else iter(())
-        mixture = labels[0].tolist() if labels is not None else None
-        experts = labels[1].tolist() if labels is not None and labels[1] is not None else None
-        parts: list[bytes] = []
-        for i in range(numbers.shape[0]):
-            parts.append(fragments[0])
+        Every piece of the answer goes into one list by strided slice assignments, one per
+        slot (C loops over the rows), and is joined once.
+        """
+        n, k = numbers.shape
+        kinds, fragments, tokens = self.slot_kinds, self.fragment_list, self.label_tokens
+        width = 2 * len(kinds) + 1
+        parts: list[bytes] = [b""] * (n * width)
+        for j, fragment in enumerate(fragments):
+            parts[2 * j :: width] = [fragment] * n
+        if k:
+            raw = orjson.dumps(np.ascontiguousarray(numbers).ravel(), option=_NUMPY)
+            flat = raw[1:-1].split(b",")
+            column = 0
             for slot, kind in enumerate(kinds):
                 if kind == NUMBER:
-                    parts.append(next(flat))
-                elif kind == LABEL:
-                    parts.append(tokens[mixture[i]])  # type: ignore[index]
-                else:
-                    parts.append(tokens[experts[i][kind]])  # type: ignore[index]
-                parts.append(fragments[slot + 1])
-        return b"".join(parts)[:-1]
+                    parts[2 * slot + 1 :: width] = flat[column::k]
+                    column += 1
+        if labels is not None:
+            mixture, experts = labels
+            for slot, kind in enumerate(kinds):
+                if kind == LABEL:
+                    parts[2 * slot + 1 :: width] = [tokens[i] for i in mixture.tolist()]
+                elif kind >= 0 and experts is not None:
+                    chosen = experts[:, kind].tolist()
+                    parts[2 * slot + 1 :: width] = [tokens[i] for i in chosen]
+        return b"".join(parts)[:-1]  # every row ends with "},"
 
 
 def row_template(model: LoadedModel, include: Sequence[str]) -> RowTemplate:
     """The template of one answer row for ``model`` with the parts in ``include``."""
     b = _Builder()
-    label_at: int | None = None
-    expert_labels: list[int] = []
     classification = model.task == "classification"
     parts = [p for p in ("prediction", "weights", "experts", "uncertainty") if p in include]
     b.text(b"{")
@@ -121,7 +100,6 @@ def row_template(model: LoadedModel, include: Sequence[str]) -> RowTemplate:
         b.text((b"," if i else b"") + _json(part) + b":")
         if part == "prediction" and classification:
             b.text(b'{"label":')
-            label_at = len(b.slots)
             b.slot(LABEL)
             b.text(b',"probabilities":')
             b.numbers(model.class_keys)
@@ -144,7 +122,6 @@ def row_template(model: LoadedModel, include: Sequence[str]) -> RowTemplate:
                 b.text((b"," if j else b"") + _json(name) + b":")
                 if classification:
                     b.text(b'{"label":')
-                    expert_labels.append(len(b.slots))
                     b.slot(j)
                     b.text(b',"probabilities":')
                     b.numbers(model.class_keys)
@@ -157,17 +134,8 @@ def row_template(model: LoadedModel, include: Sequence[str]) -> RowTemplate:
         else:
             b.numbers(UNCERTAINTY)
     b.text(b"},")
-    kinds = np.array(b.slots)
-    fragments = np.empty(len(b.fragments), dtype=object)
-    fragments[:] = b.fragments
-    tokens = np.empty(len(model.classes), dtype=object)
-    tokens[:] = [_json(c) for c in model.classes]
     return RowTemplate(
-        fragments=fragments,
-        number_slots=np.flatnonzero(kinds == NUMBER),
-        label_slot=label_at,
-        expert_label_slots=np.asarray(expert_labels, dtype=np.int64),
-        label_tokens=tokens,
         slot_kinds=tuple(b.slots),
         fragment_list=tuple(b.fragments),
+        label_tokens=tuple(_json(c) for c in model.classes),
     )

@@ -115,3 +115,28 @@ def test_temperature() -> None:
     assert temper_proba(p, 1.0) is p
     sharp = temper_proba(p, 0.5)
     assert sharp[0, 1] == pytest.approx(0.64 / 0.68)
+
+
+def test_small_batches_solve_quantiles_in_python_with_the_same_answer(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import app.bundle.mixture as mixture
+
+    rng = np.random.default_rng(7)
+    for _ in range(100):
+        n, m = int(rng.integers(1, 4)), int(rng.integers(2, 7))
+        mix = mix_regression(
+            rng.dirichlet(np.ones(m) * rng.uniform(0.2, 3), n),
+            rng.normal(size=(n, m)) * rng.uniform(0.1, 10),
+            rng.uniform(0.05, 2, m),
+            rng.uniform(0.3, 3),
+        )
+        scalar = (
+            mix.quantiles([0.05, 0.5, 0.95])
+            if n == 1
+            else mix._quantiles_scalar([0.05, 0.5, 0.95], 1e-10)
+        )
+        with monkeypatch.context() as patched:
+            patched.setattr(mixture, "_SCALAR_QUANTILES", -1)
+            vectorised = mix.quantiles([0.05, 0.5, 0.95])
+        np.testing.assert_allclose(scalar, vectorised, atol=1e-8, rtol=1e-9)
