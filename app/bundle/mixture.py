@@ -86,40 +86,36 @@ _ERFC_S = (
 )
 
 
-def _polyval(coefficients: tuple[float, ...], x: np.ndarray) -> np.ndarray:
-    out = np.full_like(x, coefficients[0])
-    for c in coefficients[1:]:
-        out = out * x + c
-    return out
+def _stack(*polys: tuple[float, ...]) -> np.ndarray:
+    """Coefficient rows, highest degree first, left-padded with zeros to one length."""
+    width = max(len(c) for c in polys)
+    return np.array([(0.0,) * (width - len(c)) + c for c in polys])[:, :, None]
+
+
+# erf's T/U in x^2, erfc's P/Q and R/S in |x|: evaluated together, one Horner loop.
+_COEFFS = _stack(_ERF_T, _ERF_U, _ERFC_P, _ERFC_Q, _ERFC_R, _ERFC_S)
 
 
 def erfc(x: np.ndarray) -> np.ndarray:
     """Complementary error function, vectorised, within 1e-14 relative of ``math.erfc``.
 
-    Cephes' rational approximations: the serving path has no scipy, and a Python call
-    per element (``math.erfc``) cost milliseconds on a 1000-row batch.
+    Cephes' rational approximations: erf on ``|x| < 1``, erfc on ``[1, 8)`` and beyond.
+    The six polynomials run as one stacked Horner loop over every value, about twenty
+    numpy calls whatever the size: the serving path has no scipy, and a Python call per
+    element (``math.erfc``) cost milliseconds on a 1000-row batch.
     """
     x = np.asarray(x, dtype=np.float64)
-    a = np.abs(x)
-    out = np.empty_like(x)
-    small = a < 1.0
-    if small.any():
-        z = x[small] * x[small]
-        out[small] = 1.0 - x[small] * _polyval(_ERF_T, z) / _polyval(_ERF_U, z)
-    big = ~small
-    if big.any():
-        ab = a[big]
-        with np.errstate(under="ignore"):
-            e = np.exp(-ab * ab)
-        near = ab < 8.0
-        ratio = np.where(
-            near,
-            _polyval(_ERFC_P, ab) / _polyval(_ERFC_Q, ab),
-            _polyval(_ERFC_R, ab) / _polyval(_ERFC_S, ab),
-        )
-        y = e * ratio
-        out[big] = np.where(x[big] < 0.0, 2.0 - y, y)
-    return out
+    flat = x.reshape(-1)
+    a = np.abs(flat)
+    args = np.stack([flat * flat, flat * flat, a, a, a, a])  # (6, n)
+    acc = np.zeros_like(args)
+    for k in range(_COEFFS.shape[1]):
+        acc = acc * args + _COEFFS[:, k]
+    t, u, p, q, r, s = acc
+    with np.errstate(under="ignore", over="ignore", invalid="ignore", divide="ignore"):
+        tail = np.exp(-a * a) * np.where(a < 8.0, p / q, r / s)
+        out = np.where(a < 1.0, 1.0 - flat * t / u, np.where(flat < 0.0, 2.0 - tail, tail))
+    return out.reshape(x.shape)
 
 
 def normal_cdf(z: np.ndarray) -> np.ndarray:
@@ -230,6 +226,16 @@ class RegressionMixture:
         dens = np.exp(-0.5 * z * z) / (self.sigmas * np.sqrt(2.0 * np.pi))
         return np.einsum("nm,nkm->nk", self.weights, dens)
 
+    def _cdf_pdf(self, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """CDF and density at ``y`` (n, k), from one standardisation of ``y``."""
+        z = (y[:, :, None] - self.means[:, None, :]) / self.sigmas
+        dens = np.exp(-0.5 * z * z) / (self.sigmas * np.sqrt(2.0 * np.pi))
+        cdf = 0.5 * erfc(-z / _SQRT2)
+        return (
+            np.einsum("nm,nkm->nk", self.weights, cdf),
+            np.einsum("nm,nkm->nk", self.weights, dens),
+        )
+
     def cdf_many(self, y: np.ndarray) -> np.ndarray:
         z = (np.asarray(y, dtype=np.float64)[:, :, None] - self.means[:, None, :]) / self.sigmas
         return np.einsum("nm,nkm->nk", self.weights, normal_cdf(z))
@@ -253,10 +259,11 @@ class RegressionMixture:
         hi = per_expert.max(axis=2) + pad
         x = np.einsum("nm,nkm->nk", self.weights, per_expert)
         for _ in range(200):
-            err = self.cdf_many(x) - q
+            cdf, pdf = self._cdf_pdf(x)
+            err = cdf - q
             lo = np.where(err < 0, x, lo)
             hi = np.where(err < 0, hi, x)
-            step = x - err / np.maximum(self.pdf(x), 1e-300)
+            step = x - err / np.maximum(pdf, 1e-300)
             inside = (step >= lo) & (step <= hi)
             new = np.where(inside, step, 0.5 * (lo + hi))
             done = np.abs(new - x) <= tol * (1.0 + np.abs(x))
