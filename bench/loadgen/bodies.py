@@ -64,8 +64,12 @@ def json_rows(frame: pd.DataFrame, features: Sequence[Feature]) -> list[dict[str
     return rows
 
 
-def native_body(rows: Sequence[dict[str, Any]]) -> str:
-    return json.dumps({"instances": list(rows)}, separators=(",", ":"))
+def native_body(rows: Sequence[dict[str, Any]], columnar: bool = False) -> str:
+    """``/predict``'s body; ``columnar`` asks for one array per field in the answer."""
+    body: dict[str, Any] = {"instances": list(rows)}
+    if columnar:
+        body["format"] = "columnar"
+    return json.dumps(body, separators=(",", ":"))
 
 
 def oip_body(rows: Sequence[dict[str, Any]], features: Sequence[Feature]) -> str:

@@ -70,6 +70,9 @@ def prepare_bundle(store: Path, name: str, workdir: Path) -> tuple[BundleCtx, li
         ctx.bodies["native", size] = B.write_lines(
             d / f"native-{size}.txt", [B.native_body(x) for x in batches]
         )
+        ctx.bodies["columnar", size] = B.write_lines(
+            d / f"columnar-{size}.txt", [B.native_body(x, columnar=True) for x in batches]
+        )
         ctx.bodies["oip", size] = B.write_lines(
             d / f"oip-{size}.txt", [B.oip_body(x, feats) for x in batches]
         )

@@ -38,7 +38,7 @@ class ServerSpec:
 @dataclass(frozen=True)
 class Run:
     server: ServerSpec
-    route: str  # "predict" (native body) or "oip" (Open Inference Protocol v2)
+    route: str  # "predict" (native body), "columnar" (the same, columnar answer) or "oip"
     rows: int
     connections: int
 
@@ -64,7 +64,13 @@ def _bundle_default(b: str) -> list[Group]:
     return [
         _group(
             ServerSpec("ours", b, 1, "sqlite"),
-            [("predict", 1, SWEEP), ("oip", 1, [32]), ("predict", BIG, [1, 8]), ("oip", BIG, [8])],
+            [
+                ("predict", 1, SWEEP),
+                ("oip", 1, [32]),
+                ("predict", BIG, [1, 8]),
+                ("columnar", BIG, [1]),
+                ("oip", BIG, [8]),
+            ],
         ),
         _group(
             ServerSpec("ours", b, 1, "off"),
@@ -97,7 +103,7 @@ def _bundle_quick(b: str) -> list[Group]:
     return [
         _group(
             ServerSpec("ours", b, 1, "sqlite"),
-            [("predict", 1, [8]), ("oip", 1, [8]), ("predict", BIG, [1])],
+            [("predict", 1, [8]), ("oip", 1, [8]), ("predict", BIG, [1]), ("columnar", BIG, [1])],
         ),
         _group(ServerSpec("ours", b, 1, "off"), [("predict", 1, [8])]),
         _group(ServerSpec("ours", b, 2, "postgres"), [("predict", 1, [8])]),

@@ -71,16 +71,20 @@ def compute_ratios(
             a, b = by_key.get(num), by_key.get(den)
             value = round(a["req_per_s"] / b["req_per_s"], 3) if a and b else None
             ratios[name] = {"value": value, "what": what}
-        big = by_key.get(("ours", 1, "sqlite", "predict", 1000, 1))
         floor = floors.get(bundle, {}).get("1000")
-        value = None
-        if big and floor:
-            value = round(big["latency_ms"]["p50"] / floor["predict_ms"], 2)
-        ratios["http_1000_over_floor"] = {
-            "value": value,
-            "what": "1000-row /predict at c1 (1 worker, SQLite trail): HTTP p50 / in-process "
-            "predict median",
-        }
+        for route, name, answer in (
+            ("predict", "http_1000_over_floor", "rows"),
+            ("columnar", "http_1000_columnar_over_floor", "columnar"),
+        ):
+            big = by_key.get(("ours", 1, "sqlite", route, 1000, 1))
+            value = None
+            if big and floor:
+                value = round(big["latency_ms"]["p50"] / floor["predict_ms"], 2)
+            ratios[name] = {
+                "value": value,
+                "what": f"1000-row /predict, {answer} answer, at c1 (1 worker, SQLite trail): "
+                "HTTP p50 / in-process predict median",
+            }
         out[bundle] = ratios
     return out
 

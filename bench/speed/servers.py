@@ -49,8 +49,12 @@ def launch(
             settings = OursSettings(b.store, b.name, spec.workers, spec.audit, url)
             argv, env = ours_command(settings, port)
             health = READY_PATH
-            paths = {"predict": "/predict", "oip": f"/v2/models/{b.name}/infer"}
-            formats = {"predict": "native", "oip": "oip"}
+            paths = {
+                "predict": "/predict",
+                "columnar": "/predict",
+                "oip": f"/v2/models/{b.name}/infer",
+            }
+            formats = {"predict": "native", "columnar": "columnar", "oip": "oip"}
             serves = f"{len(b.manifest['experts'])} experts + gate, audit {spec.audit}"
         elif spec.kind == "bare":
             argv = [

@@ -9,6 +9,7 @@ way the container does (``uvicorn app.main:create_app --factory``).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import socket
@@ -184,6 +185,9 @@ class UvicornProcess:
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
+            # Its own process group, so uvicorn's worker children go with it even when the
+            # parent dies first.
+            start_new_session=True,
         )
 
     def wait_ready(self, timeout: float = 60) -> None:
@@ -210,6 +214,7 @@ class UvicornProcess:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        if self.proc.returncode is None:
             self.proc.communicate(timeout=10)

@@ -76,6 +76,7 @@ def test_quick_run_measures_every_path(tmp_path: Path) -> None:
         ("ours", "sqlite", "predict", 1),
         ("ours", "sqlite", "oip", 1),
         ("ours", "sqlite", "predict", 1000),
+        ("ours", "sqlite", "columnar", 1000),
         ("ours", "off", "predict", 1),
         ("bare", "-", "predict", 1),
     ]:
@@ -103,3 +104,4 @@ def test_quick_run_measures_every_path(tmp_path: Path) -> None:
     floor = report["floor"]["demo"]
     assert floor["1"]["predict_ms"] > 0 and floor["1000"]["predict_ms"] > floor["1"]["predict_ms"]
     assert report["ratios"]["demo"]["http_1000_over_floor"]["value"] > 1
+    assert report["ratios"]["demo"]["http_1000_columnar_over_floor"]["value"] > 1
