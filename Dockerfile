@@ -62,4 +62,4 @@ HEALTHCHECK --interval=10s --timeout=3s --start-period=30s --retries=3 \
 # the app must keep them longer, or nginx could send a request into a closing socket.
 # --timeout-graceful-shutdown: after SIGTERM (and IABMA_DRAIN_SECONDS), requests in flight
 # get 5 s, which leaves the audit flush time to finish within `docker stop`'s default 10 s.
-CMD ["uvicorn", "app.main:create_app", "--factory", "--host", "0.0.0.0", "--port", "8000", "--proxy-headers", "--timeout-keep-alive", "75", "--timeout-graceful-shutdown", "5"]
+CMD ["python", "-m", "app.server", "--host", "0.0.0.0", "--port", "8000", "--proxy-headers", "--timeout-keep-alive", "75", "--timeout-graceful-shutdown", "5"]

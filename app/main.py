@@ -24,6 +24,7 @@ from app.responses import install_error_handlers
 from app.routes import admin, health, metrics, oip, predict, weights
 from app.service import Service
 from app.settings import Settings, load_settings
+from app.tracing import from_environment as tracing_from_environment
 
 log = logging.getLogger("iabma.app")
 VERSION = "0.1.0"
@@ -63,7 +64,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     """Build the app; ``settings`` default to the ``IABMA_*`` environment."""
     settings = settings if settings is not None else load_settings()
     setup_logging(settings)
-    service = Service(settings)
+    service = Service(settings, tracing_from_environment())
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
@@ -75,6 +76,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         finally:
             uninstall()
             await service.stop()
+            service.tracing.shutdown()
 
     app = FastAPI(
         title="IA-BMA serving",
@@ -101,6 +103,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             expose_headers=["X-Request-ID"],
         )  # fmt: skip
     app.add_middleware(RequestObserver, service=service)
+    service.tracing.install(app)  # outermost: the server span covers our middleware too
     routers = [predict, weights, health, admin, oip]
     if settings.metrics_port is None:
         routers.append(metrics)

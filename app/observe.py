@@ -84,20 +84,19 @@ class RequestObserver:
         self.service.metrics.requests.inc(labels)
         self.service.metrics.request_seconds.observe(labels, seconds)
         path = scope["path"]
-        self.access.write(
-            method,
-            path,
-            status,
-            {
-                "request_id": request_id,
-                "method": method,
-                "route": route,
-                "path": path,
-                "status": status,
-                "latency_ms": round(seconds * 1000.0, 3),
-                "model_version": labels[1],
-            },
-        )
+        fields = {
+            "request_id": request_id,
+            "method": method,
+            "route": route,
+            "path": path,
+            "status": status,
+            "latency_ms": round(seconds * 1000.0, 3),
+            "model_version": labels[1],
+        }
+        if self.service.tracing.enabled:
+            # Still inside the instrumentation's server span, which wraps this middleware.
+            fields["trace_id"] = self.service.tracing.trace_id()
+        self.access.write(method, path, status, fields)
 
 
 def _one_line_refusal(send: Send) -> Send:

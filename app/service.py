@@ -42,6 +42,7 @@ from app.metrics.port import MetricsPort
 from app.plane import InferenceRequest, InferenceResult, check_finite
 from app.runtime import LoadedModel, ModelRuntime
 from app.settings import Settings
+from app.tracing import Tracing
 
 log = logging.getLogger("iabma.service")
 # Up to this many rows onnxruntime and the mixture take well under a millisecond, which is
@@ -50,8 +51,9 @@ INLINE_ROWS = 64
 
 
 class Service:
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, tracing: Tracing | None = None) -> None:
         self.settings = settings
+        self.tracing = tracing if tracing is not None else Tracing(None)
         self.runtime = ModelRuntime(settings)
         self.metrics = ServiceMetrics()
         self.store: AuditStore | None = None
@@ -165,14 +167,16 @@ class Service:
         The answer is encoded before the commit so that nothing can fail after it: every
         2xx has a record, and a failed request has none.
         """
-        if request.n <= INLINE_ROWS:
-            if self.batcher is not None:
-                pred = await self.batcher.predict(model, request.columns, request.n)
+        with self.tracing.span("graph"):
+            if request.n <= INLINE_ROWS:
+                if self.batcher is not None:
+                    pred = await self.batcher.predict(model, request.columns, request.n)
+                else:
+                    pred = model.predictor.predict(request.columns)
             else:
-                pred = model.predictor.predict(request.columns)
-        else:
-            loop = asyncio.get_running_loop()
-            pred = await loop.run_in_executor(self.graph, model.predictor.predict, request.columns)
+                loop = asyncio.get_running_loop()
+                predict = model.predictor.predict
+                pred = await loop.run_in_executor(self.graph, predict, request.columns)
         check_finite(model, pred, request.row_field)
         result = InferenceResult(model, pred)
         content = encode(result)
@@ -210,7 +214,8 @@ class Service:
                 instances=request.instances,
                 hash_key=self.hash_key,
             )
-            await self.writer.write(record)
+            with self.tracing.span("audit"):
+                await self.writer.write(record)
         labels = (model.name, model.version)
         self.metrics.observe_graphs(labels, {"ensemble": pred.seconds})
         self.metrics.observe_weights(labels, model.experts, pred.weights)

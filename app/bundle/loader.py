@@ -137,6 +137,13 @@ def open_bundle(path: Path, *, intra_op_threads: int = 1) -> OpenedBundle:
     """Validate, checksum and open the served graph of the bundle at ``path``."""
     path = Path(path)
     manifest = read_manifest(path)
+    if manifest.version != path.name:
+        # Responses and audit records name the manifest's version; the pointer names
+        # directories. A copy under another name would make the two disagree.
+        raise BundleError(
+            f"{path / MANIFEST_FILE} says version {manifest.version!r}, "
+            f"but the bundle lives in {path.name!r}"
+        )
     verify_files(path, manifest)
     rel = manifest.ensemble.file
     try:

@@ -32,8 +32,9 @@ async def predict(request: Request) -> Response:
     # Not dependencies: see app/routes/deps.py for what they cost on this route.
     service, ctx = service_of(request), context_of(request)
     model = service.runtime.require()
-    body = await json_body(request, service.settings.max_body_bytes)
-    inference, opts = native.decode(body, model, service.settings.max_batch_rows)
+    with service.tracing.span("decode"):
+        body = await json_body(request, service.settings.max_body_bytes)
+        inference, opts = native.decode(body, model, service.settings.max_batch_rows)
     content = await service.infer(
         model, inference, ctx, lambda result: native.encode(result, opts, ctx.request_id)
     )

@@ -20,7 +20,7 @@ from deploy_support import (
     require_tool,
 )
 
-EXPECTED_CMD_START = ["uvicorn", "app.main:create_app", "--factory"]
+EXPECTED_CMD_START = ["python", "-m", "app.server"]
 
 
 def hadolint(path: Path, tmp_path: Path) -> list[dict[str, object]]:

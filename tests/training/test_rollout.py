@@ -28,18 +28,16 @@ def versions(store: Path, name: str) -> list[str]:
 @pytest.fixture(scope="module")
 def demo_store(simulation_fit: Any, tmp_path_factory: pytest.TempPathFactory) -> Path:
     store = tmp_path_factory.mktemp("published")
-    export_bundle(simulation_fit.est, store, "demo", simulation_fit.test.X.iloc[:50])
+    X = simulation_fit.test.X.iloc[:50]
+    export_bundle(simulation_fit.est, store, "demo", X, version="v1")
+    export_bundle(simulation_fit.est, store, "demo", X, version="v2", publish=False)
     return store
 
 
 @pytest.fixture
 def store(tmp_path: Path, demo_store: Path) -> Path:
     name = "demo"
-    out = copy_store(demo_store, tmp_path, name)
-    # A second version: the same files under another name, as a newer export would be.
-    only = versions(out, name)[0]
-    shutil.copytree(out / name / only, out / name / "v2")
-    return out
+    return copy_store(demo_store, tmp_path, name)
 
 
 def latest(store: Path) -> str:
@@ -95,3 +93,25 @@ def test_rollback_after_a_hand_edit_starts_from_where_latest_is(store: Path) -> 
     (store / "demo" / "LATEST").write_text("v2\n")  # moved by hand, not recorded
     assert main(["rollback", "--store", str(store), "--name", "demo"]) == 0
     assert latest(store) == first
+
+
+def test_a_copy_under_another_name_is_refused(
+    store: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    shutil.copytree(store / "demo" / "v2", store / "demo" / "v3")
+    assert main(["promote", "--store", str(store), "--name", "demo", "v3"]) == 2
+    assert "says version 'v2', but the bundle lives in 'v3'" in capsys.readouterr().err
+
+
+def test_train_can_stage_a_version_for_promotion(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    store = tmp_path / "store"
+    args = ["--store", str(store), "--name", "demo"]
+    assert main(["train", "--dataset", "simulation", *args, "--quiet", "--no-publish"]) == 0
+    (staged,) = versions(store, "demo")
+    assert f"serve it with: iabma promote {' '.join(args)} {staged}" in capsys.readouterr().out
+    assert not (store / "demo" / "LATEST").exists()
+    assert main(["promote", *args, staged]) == 0
+    assert capsys.readouterr().out.strip() == f"demo: (none) -> {staged}"
+    assert latest(store) == staged

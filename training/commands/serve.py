@@ -14,7 +14,7 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--version", default=None, help="pin a version instead of LATEST")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8000)
-    p.add_argument("--workers", type=int, default=1)
+    p.add_argument("--workers", type=int, default=None, help="default: IABMA_WORKERS (1)")
     p.set_defaults(run=run)
 
 

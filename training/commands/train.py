@@ -38,6 +38,12 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     p.add_argument(
+        "--no-publish",
+        dest="publish",
+        action="store_false",
+        help="write the version but leave LATEST alone (stage it for `iabma promote`)",
+    )
+    p.add_argument(
         "--dry-run",
         action="store_true",
         help="read and check the data, show how each column will be read, and stop",
@@ -245,9 +251,16 @@ def run(args: argparse.Namespace) -> int:
             "split": {"test_size": args.test_size, "seed": args.seed},
             "drop": list(args.drop),
         },
+        publish=args.publish,
     )
     export_s = time.perf_counter() - t_export
-    print(f"\nwrote {path} and pointed {path.parent / 'LATEST'} at it")
+    if args.publish:
+        print(f"\nwrote {path} and pointed {path.parent / 'LATEST'} at it")
+    else:
+        print(
+            f"\nwrote {path}; serve it with: iabma promote --store {args.store} "
+            f"--name {args.name} {path.name}"
+        )
     print(
         f"timings: load {load_s:.1f} s, experts {est.expert_fit_seconds_:.1f} s, gate "
         f"{est.gate_fit_seconds_:.1f} s, evaluate {eval_s:.1f} s, export {export_s:.1f} s"
