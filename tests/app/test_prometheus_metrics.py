@@ -15,7 +15,7 @@ from collections.abc import Iterator
 import httpx
 import numpy as np
 import pytest
-from app_harness import AsgiHarness, UvicornHarness, UvicornProcess, harness
+from app_harness import AsgiHarness, UvicornHarness, UvicornProcess, free_socket, harness
 from app_support import Bundles, make_settings
 from metrics_support import parse, scrape, value
 
@@ -190,3 +190,27 @@ def test_two_workers_every_scrape_shows_the_same_total(bundles: Bundles, tmp_pat
         served.terminate()
     assert finals == [n] * 12, finals
     assert len(pids) == 2, "both workers' process metrics appear in every scrape"
+
+
+def test_a_metrics_port_of_its_own_serves_every_worker(bundles: Bundles, tmp_path) -> None:
+    sock = free_socket()
+    port = sock.getsockname()[1]
+    sock.close()
+    env = {
+        "IABMA_STORE": str(bundles.store),
+        "IABMA_MODEL_NAME": "demo",
+        "IABMA_AUDIT_ENABLED": "false",
+        "IABMA_AUDIT_URL": f"sqlite:///{tmp_path / 'unused.db'}",
+        "IABMA_METRICS_PORT": str(port),
+        "IABMA_METRICS_HOST": "127.0.0.1",
+    }
+    with UvicornProcess(env, ("--workers", "2"), cwd=tmp_path) as served:
+        served.wait_ready()
+        assert httpx.get(served.base_url + "/metrics").status_code == 404  # not on the data port
+        _burst(served.base_url, 50)
+        time.sleep(FLUSH_SECONDS + 0.5)
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=10) as scraper:
+            samples, _ = scrape(scraper)
+        labels = {"route": "/predict", "method": "POST", "status": "200"}
+        assert value(samples, "iabma_http_requests_total", **labels) == 50
+        assert len({lab["pid"] for lab, _ in samples["process_resident_memory_bytes"]}) == 2
