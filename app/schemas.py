@@ -83,7 +83,11 @@ class PredictResponse(_Doc):
 
 class StoredInput(_Doc):
     mode: str = Field(description="full, hash or off (IABMA_AUDIT_PAYLOAD)")
-    sha256: str | None = Field(None, description="hash of the canonical JSON of the instances")
+    hmac_sha256: str | None = Field(
+        None,
+        description="HMAC-SHA256 of the canonical JSON of the instances, keyed by the trail's "
+        "secret (IABMA_AUDIT_HASH_KEY)",
+    )
     instances: list[dict[str, Any]] | None = None
 
 

@@ -26,6 +26,7 @@ from typing import Any
 import httpx
 import uvicorn
 from fastapi import FastAPI
+from support import free_port, wait_until_ok
 
 from app.main import create_app
 from app.service import Service
@@ -168,9 +169,7 @@ class UvicornProcess:
         cwd: Path = ROOT,
         argv: Callable[[int], list[str]] | None = None,
     ) -> None:
-        sock = free_socket()
-        self.port = sock.getsockname()[1]
-        sock.close()
+        self.port = free_port()
         self.base_url = f"http://127.0.0.1:{self.port}"
         self.argv = argv(self.port) if argv else [
             PYTHON, "-m", "uvicorn", "app.main:create_app", "--factory",
@@ -203,18 +202,13 @@ class UvicornProcess:
         )
 
     def wait_ready(self, timeout: float = 60) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                out, err = self.output()
-                raise RuntimeError(f"server exited with {self.proc.returncode}:\n{err}\n{out}")
-            try:
-                if httpx.get(self.base_url + "/readyz", timeout=1).status_code == 200:
-                    return
-            except httpx.TransportError:
-                pass
-            time.sleep(0.1)
-        raise RuntimeError("server did not become ready in time")
+        def exited() -> str | None:
+            if self.proc.poll() is None:
+                return None
+            out, err = self.output()
+            return f"exit code {self.proc.returncode}:\n{err}\n{out}"
+
+        wait_until_ok(self.base_url + "/readyz", exited, timeout)
 
     def terminate(self, timeout: float = 30) -> tuple[int, str, str]:
         if self.proc.poll() is None:

@@ -13,11 +13,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import psycopg
+from support import PG_DSN, schema_of
 
 from app.settings import Settings
-
-PG_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
-PG_DSN = "host=127.0.0.1 port=5432 user=postgres dbname=test connect_timeout=3"
 
 
 @dataclass(frozen=True)
@@ -66,13 +64,9 @@ def make_settings(store: Path, audit_dir: Path, name: str = "demo", **kw: Any) -
     return Settings(store=store, model_name=name, **kw)
 
 
-def pg_schema(url: str) -> str:
-    return url.rsplit("%3D", 1)[-1]
-
-
 def pg_count(url: str, table: str = "iabma_audit_log") -> int:
     with psycopg.connect(PG_DSN) as conn:
-        row = conn.execute(f'select count(*) from "{pg_schema(url)}".{table}').fetchone()
+        row = conn.execute(f'select count(*) from "{schema_of(url)}".{table}').fetchone()
     assert row is not None
     return int(row[0])
 

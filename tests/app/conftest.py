@@ -9,14 +9,10 @@ classification with string labels). The fitted estimators are the oracles.
 from __future__ import annotations
 
 import shutil
-import uuid
-from collections.abc import Iterator
 from pathlib import Path
-from urllib.parse import quote
 
-import psycopg
 import pytest
-from app_support import PG_DSN, PG_URL, Bundles, Trained
+from app_support import Bundles, Trained
 
 
 @pytest.fixture(scope="session")
@@ -77,31 +73,3 @@ def store_copy(bundles: Bundles, tmp_path: Path) -> Path:
     for f in dest.rglob("*"):
         f.chmod(0o755 if f.is_dir() else 0o644)
     return dest
-
-
-@pytest.fixture(scope="session")
-def pg_server() -> str:
-    """Fail (never skip) when the PostgreSQL this project tests against is down."""
-    try:
-        with psycopg.connect(PG_DSN) as conn:
-            conn.execute("select 1")
-    except psycopg.OperationalError as exc:
-        pytest.fail(
-            "PostgreSQL at 127.0.0.1:5432 (user postgres, database test) is unreachable, and "
-            "the audit-trail tests must run against it. Start it with: pg_ctlcluster "
-            f"--skip-systemctl-redirect $(ls /etc/postgresql) main start\n{exc}"
-        )
-    return PG_URL
-
-
-@pytest.fixture
-def pg_url(pg_server: str) -> Iterator[str]:
-    """A URL whose search_path is a fresh schema, dropped after the test."""
-    schema = f"iabma_test_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(PG_DSN, autocommit=True) as conn:
-        conn.execute(f'create schema "{schema}"')
-    try:
-        yield f"{pg_server}?options={quote(f'-csearch_path={schema}')}"
-    finally:
-        with psycopg.connect(PG_DSN, autocommit=True) as conn:
-            conn.execute(f'drop schema "{schema}" cascade')

@@ -16,8 +16,9 @@ import numpy as np
 import psycopg
 import pytest
 from app_harness import AsgiHarness, UvicornHarness, harness
-from app_support import PG_DSN, Bundles, make_settings, pg_schema
+from app_support import Bundles, make_settings
 from metrics_support import totals
+from support import PG_DSN, schema_of
 
 from app.audit.records import AuditRecord, now_us
 from app.audit.store import AuditStore
@@ -40,7 +41,7 @@ class Trail:
             with sqlite3.connect(self.sqlite_file) as conn:
                 return conn.execute(sql).fetchall()
         with psycopg.connect(PG_DSN) as conn:
-            conn.execute(f'set search_path to "{pg_schema(self.url)}"')
+            conn.execute(f'set search_path to "{schema_of(self.url)}"')
             return conn.execute(sql).fetchall()
 
     def execute(self, sql: str) -> None:
@@ -49,7 +50,7 @@ class Trail:
                 conn.execute(sql)
             return
         with psycopg.connect(PG_DSN, autocommit=True) as conn:
-            conn.execute(f'set search_path to "{pg_schema(self.url)}"')
+            conn.execute(f'set search_path to "{schema_of(self.url)}"')
             conn.execute(sql)
 
     def refuse_inserts(self) -> None:

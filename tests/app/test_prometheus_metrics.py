@@ -15,9 +15,10 @@ from collections.abc import Iterator
 import httpx
 import numpy as np
 import pytest
-from app_harness import AsgiHarness, UvicornHarness, UvicornProcess, free_socket, harness
+from app_harness import AsgiHarness, UvicornHarness, UvicornProcess, harness
 from app_support import Bundles, make_settings
 from metrics_support import parse, scrape, value
+from support import free_port
 
 from app.metrics import FLUSH_SECONDS, ServiceMetrics
 from app.metrics.buffer import HistogramBuffer
@@ -193,9 +194,7 @@ def test_two_workers_every_scrape_shows_the_same_total(bundles: Bundles, tmp_pat
 
 
 def test_a_metrics_port_of_its_own_serves_every_worker(bundles: Bundles, tmp_path) -> None:
-    sock = free_socket()
-    port = sock.getsockname()[1]
-    sock.close()
+    port = free_port()
     env = {
         "IABMA_STORE": str(bundles.store),
         "IABMA_MODEL_NAME": "demo",

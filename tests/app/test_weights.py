@@ -75,7 +75,7 @@ def test_record_by_request_id_equals_the_response(demo: Client) -> None:
     )  # fmt: skip
     stamp = datetime.fromisoformat(record["time"])
     assert before - timedelta(seconds=1) <= stamp <= datetime.now().astimezone()
-    assert record["input"]["mode"] == "hash" and len(record["input"]["sha256"]) == 64
+    assert record["input"]["mode"] == "hash" and len(record["input"]["hmac_sha256"]) == 64
     weights = r.json()["predictions"][0]["weights"]
     assert record["top_expert"] == max(weights, key=weights.get)
 

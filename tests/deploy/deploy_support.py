@@ -9,16 +9,15 @@ import re
 import shlex
 import shutil
 import signal
-import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
 import pytest
+from support import wait_until_ok
 
 REPO = Path(__file__).resolve().parents[2]
 DOCKERFILE = REPO / "Dockerfile"
@@ -200,6 +199,9 @@ def copy_instruction(args: str, workdir: Path, ignore: DockerIgnore) -> list[str
     words = [w for w in shlex.split(args) if not w.startswith("--")]
     assert len(words) >= 2, f"COPY {args}: needs a source and a destination"
     *sources, dest_text = words
+    # An absolute destination is outside WORKDIR; replaying it here would write to the
+    # host's own root. Our Dockerfile copies relative to WORKDIR only.
+    assert not dest_text.startswith("/"), f"COPY {args}: give a destination relative to WORKDIR"
     dest = workdir / dest_text
     into_dir = dest_text.endswith("/") or len(sources) > 1
     copied: list[str] = []
@@ -276,12 +278,6 @@ http {{
 # --- processes -----------------------------------------------------------------------------
 
 
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @dataclass
 class Proc:
     name: str
@@ -341,20 +337,11 @@ class Processes:
 
 
 def wait_until_ready(url: str, proc: Proc, timeout: float = 30.0) -> httpx.Response:
-    deadline = time.monotonic() + timeout
-    last = "no answer"
-    while time.monotonic() < deadline:
-        if proc.popen.poll() is not None:
-            raise AssertionError(f"{proc.name} exited with {proc.popen.returncode}:\n{proc.tail()}")
-        try:
-            r = httpx.get(url, timeout=1.0)
-            if r.status_code == 200:
-                return r
-            last = f"{r.status_code} {r.text[:200]}"
-        except httpx.TransportError as exc:
-            last = repr(exc)
-        time.sleep(0.1)
-    raise AssertionError(f"{url} not ready after {timeout} s ({last}):\n{proc.tail()}")
+    def exited() -> str | None:
+        code = proc.popen.poll()
+        return None if code is None else f"{proc.name} exited with {code}:\n{proc.tail()}"
+
+    return wait_until_ok(url, exited, timeout)
 
 
 def clean_env(**extra: str) -> dict[str, str]:

@@ -41,9 +41,9 @@ LUA_SCRIPT = Path(__file__).with_name("predict.lua")
 
 @pytest.fixture(scope="module")
 def lb(
-    module_procs: Processes, dockerfile: list[Stage], demo_store: Path, postgres_audit_url: str
+    module_procs: Processes, dockerfile: list[Stage], demo_store: Path, pg_session_url: str
 ) -> LoadBalancer:
-    return start_load_balancer(module_procs, dockerfile, demo_store, postgres_audit_url)
+    return start_load_balancer(module_procs, dockerfile, demo_store, pg_session_url)
 
 
 def test_template_leaves_nginx_variables_alone() -> None:
@@ -184,10 +184,10 @@ def test_a_post_that_reached_a_replica_is_never_sent_again(
     procs: Processes,
     dockerfile: list[Stage],
     demo_store: Path,
-    postgres_audit_url: str,
+    pg_session_url: str,
     silent_upstream: _SilentUpstream,
 ) -> None:
-    real = start_replica(procs, dockerfile, "real", demo_store, postgres_audit_url)
+    real = start_replica(procs, dockerfile, "real", demo_store, pg_session_url)
     wait_until_ready(f"http://{real.addr}/readyz", real.proc)
     url, nginx = start_nginx(procs, [silent_upstream.addr, real.addr])
     wait_until_ready(f"{url}/readyz", nginx)
@@ -216,9 +216,9 @@ def test_a_post_that_reached_a_replica_is_never_sent_again(
 
 
 def test_killing_a_replica_keeps_serving(
-    procs: Processes, dockerfile: list[Stage], demo_store: Path, postgres_audit_url: str
+    procs: Processes, dockerfile: list[Stage], demo_store: Path, pg_session_url: str
 ) -> None:
-    lb = start_load_balancer(procs, dockerfile, demo_store, postgres_audit_url)
+    lb = start_load_balancer(procs, dockerfile, demo_store, pg_session_url)
     dead, alive = lb.replicas
     with httpx.Client(base_url=lb.url, timeout=10) as client:
         before = {upstreams_of(client.post("/predict", json=PREDICT))[0] for _ in range(6)}
@@ -241,12 +241,10 @@ def test_killing_a_replica_keeps_serving(
 
 
 def test_a_replica_stopped_with_sigterm_loses_no_request(
-    procs: Processes, dockerfile: list[Stage], demo_store: Path, postgres_audit_url: str
+    procs: Processes, dockerfile: list[Stage], demo_store: Path, pg_session_url: str
 ) -> None:
     # What `docker compose stop app1` does to a replica under traffic.
-    lb = start_load_balancer(
-        procs, dockerfile, demo_store, postgres_audit_url, IABMA_DRAIN_SECONDS="1"
-    )
+    lb = start_load_balancer(procs, dockerfile, demo_store, pg_session_url, IABMA_DRAIN_SECONDS="1")
     stopping, staying = lb.replicas
     statuses: Counter[int] = Counter()
     answered_by: Counter[str] = Counter()

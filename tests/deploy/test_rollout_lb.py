@@ -83,12 +83,12 @@ def test_promote_then_rollback_under_load(
     procs: Processes,
     dockerfile: list[Stage],
     demo_store: Path,
-    postgres_audit_url: str,
+    pg_session_url: str,
     tmp_path: Path,
 ) -> None:
     store, old, new = writable_store(demo_store, tmp_path / "store")
     lb = start_load_balancer(
-        procs, dockerfile, store, postgres_audit_url,
+        procs, dockerfile, store, pg_session_url,
         IABMA_WORKERS="2", IABMA_RELOAD_INTERVAL_SECONDS=str(INTERVAL),
     )  # fmt: skip
     answers: list[Answer] = []

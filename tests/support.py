@@ -1,0 +1,79 @@
+"""What tests of every package share: a free port, waiting for a server, PostgreSQL."""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from urllib.parse import quote
+
+import httpx
+import pytest
+
+# The machine's PostgreSQL: trust auth on loopback, started by .ci/run when it is down.
+PG_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
+PG_DSN = "host=127.0.0.1 port=5432 user=postgres dbname=test connect_timeout=3"
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_until_ok(
+    url: str, exited: Callable[[], str | None], timeout: float = 60.0
+) -> httpx.Response:
+    """Poll ``url`` until it answers 200; fail at once if ``exited()`` reports the server
+    gone (it returns what the server said), or after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    last = "no answer"
+    while time.monotonic() < deadline:
+        gone = exited()
+        if gone is not None:
+            raise AssertionError(f"the server exited before {url} answered:\n{gone}")
+        try:
+            r = httpx.get(url, timeout=1.0)
+            if r.status_code == 200:
+                return r
+            last = f"{r.status_code} {r.text[:200]}"
+        except httpx.TransportError as exc:
+            last = repr(exc)
+        time.sleep(0.1)
+    raise AssertionError(f"{url} not ready after {timeout} s ({last})")
+
+
+def require_postgres() -> None:
+    """Fail (never skip) when PostgreSQL is down: the audit trail is tested against it."""
+    import psycopg
+
+    try:
+        with psycopg.connect(PG_DSN) as conn:
+            conn.execute("select 1")
+    except psycopg.OperationalError as exc:
+        pytest.fail(
+            "PostgreSQL at 127.0.0.1:5432 (user postgres, database test) is unreachable, and "
+            "the audit-trail tests must run against it. Start it with: pg_ctlcluster "
+            f"--skip-systemctl-redirect $(ls /etc/postgresql) main start\n{exc}"
+        )
+
+
+@contextlib.contextmanager
+def fresh_schema(prefix: str = "iabma_test") -> Iterator[str]:
+    """A trail URL whose search_path is a new, empty schema, dropped afterwards."""
+    import psycopg
+
+    schema = f"{prefix}_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(PG_DSN, autocommit=True) as conn:
+        conn.execute(f'create schema "{schema}"')
+    try:
+        yield f"{PG_URL}?options={quote(f'-csearch_path={schema}')}"
+    finally:
+        with psycopg.connect(PG_DSN, autocommit=True) as conn:
+            conn.execute(f'drop schema "{schema}" cascade')
+
+
+def schema_of(url: str) -> str:
+    return url.rsplit("%3D", 1)[-1]
