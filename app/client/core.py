@@ -249,6 +249,11 @@ class Requests:
         include: Iterable[str] | None,
         request_id: str | None,
     ) -> Call[T]:
+        if isinstance(rows, (str, bytes, Mapping)) or hasattr(rows, "columns"):
+            raise TypeError(
+                f"rows: expected a list of mappings (one per row), got {type(rows).__name__}; "
+                "send a DataFrame, Table or mapping of columns with predict_frame"
+            )
         payload: dict[str, Any] = {"instances": list(rows)}
         if columnar:
             payload["format"] = "columnar"

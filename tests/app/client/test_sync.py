@@ -135,7 +135,7 @@ def test_422_is_typed_names_the_field_and_is_not_retried(demo_url: str) -> None:
         client.predict([{"x1": 0.5, "x2": 1.0}, {"x1": "abc", "x2": 1.0}])
     err = caught.value
     assert (err.status, err.field, err.attempts) == (422, "instances[1].x1", 1)
-    assert err.code == "wrong_type" and "got \"abc\"" in err.message, err.message
+    assert err.code == "wrong_type" and 'got "abc"' in err.message, err.message
     assert err.request_id == seen[0].headers["x-request-id"]
     assert len(seen) == 1
 
