@@ -10,7 +10,8 @@ from typing import Any
 import httpx
 
 from app.client import columnar, results
-from app.client.core import USER_AGENT, Call, Requests, RetryPolicy
+from app.client.calls import Requests
+from app.client.core import USER_AGENT, Call, RetryPolicy
 
 DEFAULT_TIMEOUT = 10.0
 

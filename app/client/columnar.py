@@ -156,12 +156,15 @@ def _cell(v: Any) -> Any:
     return v
 
 
-def _named(names: Sequence[Any]) -> list[str]:
+def _named(names: list[Any]) -> list[str]:
     bad = [n for n in names if not isinstance(n, str)]
     if bad:
         raise TypeError(
             f"frame column names must be text (the model's feature names); got {bad[:5]!r}"
         )
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise ValueError(f"frame column names must be unique; repeated: {twice[:5]!r}")
     return list(names)
 
 
@@ -176,7 +179,7 @@ def frame_rows(frame: Any) -> tuple[list[dict[str, Any]], Any]:
         rows = [dict(zip(names, map(_cell, r), strict=True)) for r in clean.itertuples(False, None)]
         return rows, frame.index
     if module == "pyarrow" and hasattr(frame, "to_pylist"):
-        names = _named(frame.column_names)
+        names = _named(list(frame.column_names))
         rows = [{k: _cell(v) for k, v in r.items()} for r in frame.to_pylist()]
         return rows, None
     if isinstance(frame, Mapping):

@@ -110,6 +110,8 @@ def test_frame_rows_sends_missing_values_as_null() -> None:
     ]  # fmt: skip
     with pytest.raises(TypeError, match="column names must be text"):
         frame_rows(pd.DataFrame({0: [1.0]}))
+    with pytest.raises(ValueError, match="unique; repeated: \\['a'\\]"):
+        frame_rows(pd.DataFrame([[1.0, 2.0]], columns=["a", "a"]))
     with pytest.raises(ValueError, match="differ in length"):
         frame_rows({"a": [1.0], "c": ["x", "y"]})
     with pytest.raises(TypeError, match="pandas DataFrame, a pyarrow Table"):
