@@ -11,12 +11,23 @@ named by the validator; a duplicate key in an object is refused outright.
 from __future__ import annotations
 
 import json
+import zlib
 from typing import Any
 
 import orjson
 from starlette.requests import Request
 
-from app.errors import InvalidJSON, PayloadTooLarge, UnsupportedMediaType
+from app.errors import (
+    InvalidEncoding,
+    InvalidJSON,
+    PayloadTooLarge,
+    UnsupportedEncoding,
+    UnsupportedMediaType,
+)
+
+# zlib's window bits: 31 reads the gzip wrapper, 15 the zlib one (HTTP's "deflate"),
+# -15 bare deflate data, which some clients send under the same name.
+_WBITS = {"gzip": (31,), "x-gzip": (31,), "deflate": (15, -15)}
 
 
 class NonFinite:
@@ -73,7 +84,41 @@ async def read_body(request: Request, max_bytes: int) -> bytes:
                 f"more than {max_bytes} bytes (IABMA_MAX_BODY_BYTES)", field="body"
             )
         chunks.append(chunk)
-    return b"".join(chunks)
+    return decode(b"".join(chunks), request.headers.get("content-encoding"), max_bytes)
+
+
+def decode(raw: bytes, encoding: str | None, max_bytes: int) -> bytes:
+    """The body with its ``Content-Encoding`` undone; the size limit holds after decoding,
+    so a small compressed body that inflates past it (a zip bomb) is refused with 413
+    without inflating more than the limit."""
+    codings = [c.strip().lower() for c in (encoding or "").split(",") if c.strip()]
+    for coding in reversed(codings):  # the last coding listed was applied last
+        if coding == "identity":
+            continue
+        if coding not in _WBITS:
+            raise UnsupportedEncoding(
+                f"{coding!r} is not supported; send gzip, deflate or identity",
+                field="header Content-Encoding",
+            )
+        raw = _inflate(raw, coding, max_bytes)
+    return raw
+
+
+def _inflate(raw: bytes, coding: str, max_bytes: int) -> bytes:
+    for wbits in _WBITS[coding]:
+        inflater = zlib.decompressobj(wbits)
+        try:
+            out = inflater.decompress(raw, max_bytes + 1)
+        except zlib.error:
+            continue
+        if len(out) > max_bytes or inflater.unconsumed_tail:
+            raise PayloadTooLarge(
+                f"decodes to more than {max_bytes} bytes (IABMA_MAX_BODY_BYTES)", field="body"
+            )
+        if not inflater.eof:
+            raise InvalidEncoding(f"truncated {coding} data", field="body")
+        return out
+    raise InvalidEncoding(f"not valid {coding} data", field="body")
 
 
 def parse_json(raw: bytes) -> Any:

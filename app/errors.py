@@ -87,6 +87,18 @@ class Unauthorized(ServingError):
     code = "unauthorized"
 
 
+class Forbidden(ServingError):
+    code = "forbidden"
+
+
+class UnsupportedEncoding(ServingError):
+    code = "unsupported_encoding"
+
+
+class InvalidEncoding(ServingError):
+    code = "invalid_encoding"
+
+
 class AdminDisabled(ServingError):
     code = "admin_disabled"
 
@@ -118,7 +130,9 @@ class StartupRefused(Exception):
 STATUS: dict[type[Exception], int] = {
     InvalidJSON: 400,
     InvalidHeader: 400,
+    InvalidEncoding: 400,
     Unauthorized: 401,
+    Forbidden: 403,
     NotFound: 404,
     AdminDisabled: 404,
     AuditDisabled: 404,
@@ -127,6 +141,7 @@ STATUS: dict[type[Exception], int] = {
     PayloadTooLarge: 413,
     TooManyRows: 413,
     UnsupportedMediaType: 415,
+    UnsupportedEncoding: 415,
     InvalidInput: 422,
     InternalError: 500,
     NotReady: 503,

@@ -9,11 +9,14 @@ when the server starts.
 from __future__ import annotations
 
 import gc
+import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
+from starlette.middleware.cors import CORSMiddleware
 
+from app.access import AccessGuard, KeyRing, Role
 from app.drain import install_drain_hook
 from app.logs import setup_logging
 from app.observe import RequestObserver
@@ -22,6 +25,7 @@ from app.routes import admin, health, metrics, oip, predict, weights
 from app.service import Service
 from app.settings import Settings, load_settings
 
+log = logging.getLogger("iabma.app")
 VERSION = "0.1.0"
 GC_THRESHOLDS = (50_000, 50, 100)
 DESCRIPTION = """
@@ -80,7 +84,26 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     )
     app.state.service = service
     install_error_handlers(app)
+    ring = KeyRing.from_settings(settings)
+    if settings.audit_payload == "full" and Role.AUDITOR not in ring.keys:
+        log.warning("IABMA_AUDIT_PAYLOAD=full and no auditor or API keys: /weights is open")
+    # Starlette runs the last middleware added first: CORS answers preflights before keys
+    # are asked for, and the observer gives refused requests an id, a log line and metrics.
+    app.add_middleware(AccessGuard, ring=ring)
+    origins = [o.strip() for o in settings.cors_origins.split(",") if o.strip()]
+    if origins:
+        app.add_middleware(
+            CORSMiddleware,
+            allow_origins=origins,
+            allow_methods=["GET", "POST"],
+            allow_headers=["Authorization", "Content-Type", "Content-Encoding", "X-API-Key",
+                           "X-Request-ID"],
+            expose_headers=["X-Request-ID"],
+        )  # fmt: skip
     app.add_middleware(RequestObserver, service=service)
-    for module in (predict, weights, health, metrics, admin, oip):
+    routers = [predict, weights, health, admin, oip]
+    if settings.metrics_port is None:
+        routers.append(metrics)
+    for module in routers:
         app.include_router(module.router())
     return app

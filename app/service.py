@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 from sqlalchemy.exc import SQLAlchemyError
 
+from app.audit.hashkey import audit_hash_key
 from app.audit.records import AuditRecord, now_us
 from app.audit.store import AuditStore
 from app.audit.tables import SqliteInUse
@@ -35,7 +36,9 @@ from app.errors import (
     StartupRefused,
     Unauthorized,
 )
+from app.follow import LatestFollower
 from app.metrics import ServiceMetrics
+from app.metrics.port import MetricsPort
 from app.plane import InferenceRequest, InferenceResult, check_finite
 from app.runtime import LoadedModel, ModelRuntime
 from app.settings import Settings
@@ -60,6 +63,14 @@ class Service:
         # onnxruntime's arena (415 MB for california at 8 concurrent 1000-row requests),
         # and two cores gain nothing from more than one graph thread beside the event loop.
         self.graph = ThreadPoolExecutor(1, thread_name_prefix="iabma-graph")
+        self.follower = LatestFollower(settings, self.runtime, self.metrics)
+        self.hash_key = b""
+        self._tasks: list[asyncio.Task[None]] = []
+        self.metrics_port = (
+            MetricsPort(self.metrics.registry, settings.metrics_host, settings.metrics_port)
+            if settings.metrics_port is not None
+            else None
+        )
 
     # -- lifecycle ---------------------------------------------------------------------------
     def labels(self) -> tuple[str, str]:
@@ -71,9 +82,19 @@ class Service:
         log.info(
             "serving %s version %s from %s", model.name, model.version, model.predictor.bundle.path
         )
+        self.metrics.serving((model.name, model.version), None)
+        self._tasks.append(
+            asyncio.create_task(self.metrics.run_flusher(self._audit_depth), name="iabma-metrics")
+        )
+        if self.follower.follows:
+            self._tasks.append(asyncio.create_task(self.follower.run(), name="iabma-follow"))
+        if self.metrics_port is not None:
+            self.metrics_port.start()
         if not self.settings.audit_enabled:
             log.warning("the audit trail is disabled (IABMA_AUDIT_ENABLED=false)")
             return
+        if self.settings.audit_payload != "off":
+            self.hash_key = audit_hash_key(self.settings)
         self.store = AuditStore(self.settings.audit_url, self.settings.audit_timeout_seconds)
         try:
             await asyncio.to_thread(self.store.prepare)
@@ -95,6 +116,21 @@ class Service:
             await self.writer.close()
         if self.store is not None:
             self.store.close()
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self.metrics_port is not None:
+            self.metrics_port.stop()
+
+    def _audit_depth(self) -> None:
+        if self.writer is not None:
+            self.metrics.audit_depth.set(self.labels(), self.writer.depth)
+
+    def scrape(self, accept: str | None = None) -> tuple[bytes, str]:
+        """This worker's numbers flushed, then every worker's as Prometheus exposition."""
+        self._audit_depth()
+        self.metrics.flush()
+        return self.metrics.exposition(accept)
 
     def require_store(self) -> AuditStore:
         if not self.settings.audit_enabled:
@@ -172,6 +208,7 @@ class Service:
                 latency_ms=(time.perf_counter() - ctx.started) * 1000.0,
                 input_mode=self.settings.audit_payload,
                 instances=request.instances,
+                hash_key=self.hash_key,
             )
             await self.writer.write(record)
         labels = (model.name, model.version)
@@ -194,20 +231,19 @@ class Service:
             raise Unauthorized("missing or wrong bearer token", field="header Authorization")
 
     async def reload(self, authorization: str | None) -> dict[str, Any]:
+        """``/admin/reload``: check ``LATEST`` (or the pinned version) now."""
         self.check_admin(authorization)
         serving = self.runtime.current
         try:
-            previous, model = await self.runtime.reload()
+            outcome = await self.follower.check(force=True)
         except BundleError as exc:
-            self.metrics.reloads.inc((*self.labels(), "failed"))
             still = f"; still serving version {serving.version}" if serving else ""
             raise ReloadFailed(f"{exc}{still}", field="bundle") from None
-        self.metrics.reloads.inc((model.name, model.version, "ok"))
-        old = previous.version if previous else None
-        log.info("reloaded %s: version %s -> %s", model.name, old, model.version)
+        assert outcome is not None
+        old = outcome.previous.version if outcome.previous else None
         return {
-            "model": model.name,
-            "version": model.version,
+            "model": outcome.model.name,
+            "version": outcome.model.version,
             "previous_version": old,
-            "changed": old != model.version,
+            "changed": outcome.changed,
         }

@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, SecretStr, ValidationError, field_validator
+from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError
@@ -71,12 +71,52 @@ class Settings(BaseSettings):
         0.0, ge=0, le=300, description="after SIGTERM, keep serving this long with /readyz 503"
     )
 
+    # --- running a fleet: workers, rollout, access control, metrics ----------------------
+    workers: int = Field(1, ge=1, le=64, description="uvicorn worker processes (iabma serve)")
+    reload_interval_seconds: float = Field(
+        5.0, ge=0, le=3600, description="how often each worker checks LATEST; 0 turns it off"
+    )
+    api_keys: SecretStr | None = Field(None, description="comma-separated keys for data routes")
+    api_keys_file: Path | None = Field(None, description="a file of API keys, one per line")
+    auditor_keys: SecretStr | None = Field(
+        None, description="keys for /weights and /audit; the API keys when unset"
+    )
+    auditor_keys_file: Path | None = None
+    metrics_keys: SecretStr | None = Field(None, description="keys for /metrics; open when unset")
+    metrics_keys_file: Path | None = None
+    admin_token_file: Path | None = Field(None, description="a file holding the admin token")
+    audit_hash_key: SecretStr | None = Field(
+        None, description="HMAC key of the hash audit mode; SQLite trails make one if unset"
+    )
+    audit_hash_key_file: Path | None = None
+    metrics_port: int | None = Field(
+        None, ge=1, le=65535, description="serve /metrics on this port instead of the main one"
+    )
+    metrics_host: str = Field("0.0.0.0", description="address of the metrics port")
+    cors_origins: str = Field(
+        "", description="comma-separated origins allowed by CORS; empty turns CORS off"
+    )
+
     @field_validator("log_level", mode="before")
     @classmethod
     def _upper(cls, v: Any) -> Any:
         return v.upper() if isinstance(v, str) else v
 
-    @field_validator("model_version", "admin_token", mode="before")
+    @field_validator(
+        "model_version",
+        "admin_token",
+        "api_keys",
+        "auditor_keys",
+        "metrics_keys",
+        "audit_hash_key",
+        "api_keys_file",
+        "auditor_keys_file",
+        "metrics_keys_file",
+        "admin_token_file",
+        "audit_hash_key_file",
+        "metrics_port",
+        mode="before",
+    )
     @classmethod
     def _blank_is_unset(cls, v: Any) -> Any:
         # Compose files often pass VAR= to mean "not set".
@@ -96,6 +136,34 @@ class Settings(BaseSettings):
     @classmethod
     def _audit_url(cls, v: str) -> str:
         return str(normalise_audit_url(v).render_as_string(hide_password=False))
+
+    @model_validator(mode="after")
+    def _secret_files(self) -> Settings:
+        # Kubernetes and Docker mount secrets as files; IABMA_<NAME>_FILE reads one.
+        for name in sorted(SECRET_FIELDS):
+            path = getattr(self, f"{name}_file")
+            if path is None:
+                continue
+            var = f"{ENV_PREFIX}{name.upper()}"
+            if getattr(self, name) is not None:
+                raise ValueError(f"{var} and {var}_FILE are both set; give one of them")
+            try:
+                text = path.read_text(encoding="utf-8").strip()
+            except (OSError, UnicodeDecodeError) as exc:
+                raise ValueError(f"{var}_FILE: cannot read {str(path)!r}: {exc}") from None
+            if not text:
+                raise ValueError(f"{var}_FILE: {str(path)!r} is empty")
+            object.__setattr__(self, name, SecretStr(text))
+        return self
+
+    def keys(self, name: str) -> tuple[str, ...]:
+        """The keys of ``api_keys``, ``auditor_keys`` or ``metrics_keys``: separated by
+        commas or lines, blanks and ``#`` comments dropped."""
+        secret = getattr(self, name)
+        if secret is None:
+            return ()
+        parts = secret.get_secret_value().replace("\n", ",").split(",")
+        return tuple(p.strip() for p in parts if p.strip() and not p.strip().startswith("#"))
 
 
 def normalise_audit_url(text: str) -> URL:
@@ -117,11 +185,18 @@ def normalise_audit_url(text: str) -> URL:
     raise ValueError(f"the audit trail lives in SQLite or PostgreSQL, not {backend!r}")
 
 
+SECRET_FIELDS = frozenset(
+    {"admin_token", "api_keys", "auditor_keys", "metrics_keys", "audit_hash_key"}
+)
+
+
 def _describe(err: dict[str, Any]) -> str:
     field = str(err["loc"][0]) if err.get("loc") else ""
+    if not field:
+        return str(err["msg"]).removeprefix("Value error, ")
     var = f"{ENV_PREFIX}{field.upper()}" if field else ENV_PREFIX + "*"
     msg = str(err["msg"]).removeprefix("Value error, ")
-    if field == "admin_token":
+    if field in SECRET_FIELDS:
         return f"{var}: {msg}"
     return f"{var}: {msg} (got {err.get('input')!r})"
 

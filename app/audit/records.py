@@ -4,8 +4,9 @@ What an auditor needs, and no more: request id, time, model, version, route, lat
 weights with the top expert, the prediction and the uncertainty, as compact arrays; not
 the experts' own outputs nor the formatted response. The input is kept as configured by
 ``IABMA_AUDIT_PAYLOAD``: ``full`` stores the instances and their hash, ``hash`` only the
-hash, ``off`` neither. The hash is taken over the canonical JSON of the instances (keys
-sorted, no spaces, UTF-8, as orjson writes it).
+hash, ``off`` neither. The hash is an HMAC-SHA256 keyed by the trail's secret
+(:mod:`app.audit.hashkey`), taken over the canonical JSON of the instances (keys sorted,
+no spaces, UTF-8, as orjson writes it).
 
 Rows are built on the writer thread (:meth:`AuditRecord.log_values`), not on the event loop.
 """
@@ -13,9 +14,10 @@ Rows are built on the writer thread (:meth:`AuditRecord.log_values`), not on the
 from __future__ import annotations
 
 import hashlib
+import hmac
 import json
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from functools import lru_cache
 from typing import Any
@@ -44,8 +46,13 @@ def canonical_json(value: Any) -> bytes:
     return orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
 
 
-def input_sha256(instances: list[dict[str, Any]]) -> str:
-    return hashlib.sha256(canonical_json(instances)).hexdigest()
+def input_digest(key: bytes, instances: list[dict[str, Any]]) -> str:
+    """The keyed hash the trail keeps of an input (HMAC-SHA256 of its canonical JSON)."""
+    return _hmac(key, canonical_json(instances))
+
+
+def _hmac(key: bytes, text: bytes) -> str:
+    return hmac.new(key, text, hashlib.sha256).hexdigest()
 
 
 def _blob(a: np.ndarray) -> bytes:
@@ -68,6 +75,7 @@ class AuditRecord:
     latency_ms: float
     input_mode: str
     instances: list[dict[str, Any]] | Callable[[], list[dict[str, Any]]]
+    hash_key: bytes = field(repr=False)
 
     def log_values(self) -> tuple[Any, ...]:
         """The ``iabma_audit_log`` row, in :data:`LOG_COLUMNS` order."""
@@ -94,7 +102,7 @@ class AuditRecord:
             _blob(sums),
             np.asarray(tops, dtype="<i8").tobytes(),
             self.input_mode,
-            hashlib.sha256(text).hexdigest() if text is not None else None,
+            _hmac(self.hash_key, text) if text is not None else None,
             text.decode("utf-8") if self.input_mode == "full" and text else None,
         )
 
@@ -125,7 +133,7 @@ def record_json(row: Any) -> dict[str, Any]:
     """A stored record as ``GET /weights`` returns it, rebuilt from its arrays."""
     stored: dict[str, Any] = {"mode": row.input_mode}
     if row.input_hash is not None:
-        stored["sha256"] = row.input_hash
+        stored["hmac_sha256"] = row.input_hash
     if row.input_json is not None:
         stored["instances"] = json.loads(row.input_json)
     return {

@@ -24,7 +24,8 @@ async def readyz(service: ServiceDep) -> Response:
 
 
 async def models(service: ServiceDep) -> Response:
-    return json_response(service.runtime.require().summary)
+    summary = service.runtime.require().summary
+    return json_response({**summary, "rollout": service.follower.status()})
 
 
 def router() -> APIRouter:
@@ -49,6 +50,9 @@ def router() -> APIRouter:
         methods=["GET"],
         response_model=None,
         responses={503: ERRORS[503]},
-        description="The served bundle's manifest: experts, their test metrics, the version.",
+        description=(
+            "The served bundle's manifest: experts, their test metrics, the version; and "
+            "`rollout`: whether this worker follows LATEST, and the version it last refused."
+        ),
     )
     return r

@@ -1,19 +1,20 @@
-"""``GET /metrics`` in the Prometheus text format."""
+"""``GET /metrics``: every worker's metrics, in the Prometheus text format or OpenMetrics.
+
+Not mounted here when ``IABMA_METRICS_PORT`` serves them on a port of their own
+(:mod:`app.metrics.port`).
+"""
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Request
 from starlette.responses import Response
 
-from app.metrics import CONTENT_TYPE
 from app.routes.deps import ServiceDep
 
 
-async def metrics(service: ServiceDep) -> Response:
-    writer = service.writer
-    if writer is not None:
-        service.metrics.audit_depth.set(service.labels(), writer.depth)
-    return Response(service.metrics.render(), media_type=CONTENT_TYPE)
+async def metrics(request: Request, service: ServiceDep) -> Response:
+    content, content_type = service.scrape(request.headers.get("accept"))
+    return Response(content, media_type=content_type)
 
 
 def router() -> APIRouter:
@@ -23,6 +24,6 @@ def router() -> APIRouter:
         metrics,
         methods=["GET"],
         response_model=None,
-        description="Prometheus text exposition.",
+        description="Prometheus exposition of all worker processes of this server.",
     )
     return r

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 READY_PATH = "/readyz"
+BENCH_HASH_KEY = "bench-audit-hash-key-0123456789abcdef"
 
 
 @dataclass(frozen=True)
@@ -37,13 +38,20 @@ def ours_command(s: OursSettings, port: int) -> tuple[list[str], dict[str, str]]
         "--workers",
         str(s.workers),
     ]
-    env = {k: v for k, v in os.environ.items() if not k.startswith("IABMA_")}
+    # Each server keeps its metrics in a directory of its own (app/metrics/store.py).
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith("IABMA_") and k != "PROMETHEUS_MULTIPROC_DIR"
+    }
     env.update(
         IABMA_STORE=str(s.store),
         IABMA_MODEL_NAME=s.bundle,
         # Even with the trail off, point the URL at the run's temp dir so nothing lands in
         # ./var of the work tree.
         IABMA_AUDIT_URL=s.audit_url,
+        # A PostgreSQL trail needs a key shared by its writers; the bench makes its own.
+        IABMA_AUDIT_HASH_KEY=BENCH_HASH_KEY,
         IABMA_AUDIT_ENABLED="false" if s.audit == "off" else "true",
     )
     return argv, env

@@ -15,6 +15,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Coroutine
@@ -175,15 +176,26 @@ class UvicornProcess:
             PYTHON, "-m", "uvicorn", "app.main:create_app", "--factory",
             "--host", "127.0.0.1", "--port", str(self.port), *extra_args,
         ]  # fmt: skip
-        full_env = {k: v for k, v in os.environ.items() if not k.startswith("IABMA_")}
+        # An app built in this process set PROMETHEUS_MULTIPROC_DIR to this process's
+        # metrics directory; a server of its own must not write into it.
+        full_env = {
+            k: v
+            for k, v in os.environ.items()
+            if not k.startswith("IABMA_") and k != "PROMETHEUS_MULTIPROC_DIR"
+        }
         full_env.update(env)
         full_env["PYTHONPATH"] = str(ROOT)
+        # Files, not pipes: a server logs a line per request, and a pipe nobody reads fills
+        # after 64 KiB, blocks the workers' event loops, and uvicorn's supervisor then
+        # restarts them as unresponsive, cutting every open connection.
+        self._out = tempfile.TemporaryFile(mode="w+", encoding="utf-8")  # noqa: SIM115
+        self._err = tempfile.TemporaryFile(mode="w+", encoding="utf-8")  # noqa: SIM115
         self.proc = subprocess.Popen(
             self.argv,
             cwd=cwd,
             env=full_env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
+            stdout=self._out,
+            stderr=self._err,
             text=True,
             # Its own process group, so uvicorn's worker children go with it even when the
             # parent dies first.
@@ -194,7 +206,7 @@ class UvicornProcess:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                out, err = self.proc.communicate()
+                out, err = self.output()
                 raise RuntimeError(f"server exited with {self.proc.returncode}:\n{err}\n{out}")
             try:
                 if httpx.get(self.base_url + "/readyz", timeout=1).status_code == 200:
@@ -207,8 +219,19 @@ class UvicornProcess:
     def terminate(self, timeout: float = 30) -> tuple[int, str, str]:
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
-        out, err = self.proc.communicate(timeout=timeout)
+        self.proc.wait(timeout=timeout)
+        out, err = self.output()
         return self.proc.returncode, out, err
+
+    def output(self) -> tuple[str, str]:
+        """What the server has written so far to stdout and to stderr."""
+        texts = []
+        for f in (self._out, self._err):
+            f.flush()
+            f.seek(0)
+            texts.append(f.read())
+            f.seek(0, os.SEEK_END)
+        return texts[0], texts[1]
 
     def __enter__(self) -> UvicornProcess:
         return self
@@ -217,4 +240,6 @@ class UvicornProcess:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(self.proc.pid, signal.SIGKILL)
         if self.proc.returncode is None:
-            self.proc.communicate(timeout=10)
+            self.proc.wait(timeout=10)
+        self._out.close()
+        self._err.close()

@@ -52,10 +52,17 @@ class Bundles:
     creditcls: Trained
 
 
+TEST_HASH_KEY = "test-audit-hash-key-0123456789abcdef"
+
+
 def make_settings(store: Path, audit_dir: Path, name: str = "demo", **kw: Any) -> Settings:
     """Settings for a test: its own SQLite trail unless ``audit_url`` is given."""
     kw.setdefault("audit_url", f"sqlite:///{audit_dir / 'audit.db'}")
     kw.setdefault("log_level", "WARNING")
+    # Tests that move LATEST say when the server should look; those that follow it set this.
+    kw.setdefault("reload_interval_seconds", 0)
+    if str(kw["audit_url"]).startswith("postgresql"):
+        kw.setdefault("audit_hash_key", TEST_HASH_KEY)  # a shared trail needs a set key
     return Settings(store=store, model_name=name, **kw)
 
 

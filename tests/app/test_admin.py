@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 from app_harness import AsgiHarness, harness
 from app_support import Bundles, make_settings
+from metrics_support import scrape, total, value
 
 TOKEN = "s3cret-admin-token"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -34,6 +35,8 @@ def test_reload_swaps_and_refuses_a_tampered_bundle(
     old = bundles.demo.version
     settings = make_settings(store_copy, tmp_path, admin_token=TOKEN)
     with harness(kind, settings) as app:
+        samples, _ = scrape(app)
+        before = {o: total(samples, "iabma_reloads_total", outcome=o) for o in ("ok", "refused")}
         for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": f"Basic {TOKEN}"}):
             r = app.post("/admin/reload", headers=headers)
             assert r.status_code == 401, headers
@@ -82,9 +85,13 @@ def test_reload_swaps_and_refuses_a_tampered_bundle(
             and "'v-missing' of 'demo' does not exist" in r.json()["error"]["message"]
         )
 
-        outcomes = app.service.metrics.reloads.values
-        assert sum(v for k, v in outcomes.items() if k[-1] == "ok") == 2
-        assert sum(v for k, v in outcomes.items() if k[-1] == "failed") == 2
+        samples, _ = scrape(app)
+        after = {o: total(samples, "iabma_reloads_total", outcome=o) for o in ("ok", "refused")}
+        assert after["ok"] - before["ok"] == 2
+        assert after["refused"] - before["refused"] == 2
+        assert value(samples, "iabma_model_refused", model_version="v-missing") == 1
+        refused = app.get("/models").json()["rollout"]["refused"]
+        assert refused["version"] == "v-missing" and "does not exist" in refused["error"]
 
 
 def test_pinned_version_stays_pinned(bundles: Bundles, store_copy: Path, tmp_path: Path) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import hmac
 import json
 import sqlite3
 from collections.abc import Callable
@@ -16,6 +17,7 @@ import psycopg
 import pytest
 from app_harness import AsgiHarness, UvicornHarness, harness
 from app_support import PG_DSN, Bundles, make_settings, pg_schema
+from metrics_support import totals
 
 from app.audit.records import AuditRecord, now_us
 from app.audit.store import AuditStore
@@ -108,6 +110,8 @@ def test_n_concurrent_requests_give_n_records(
 ) -> None:
     rows = bundles.demo.instances(slice(0, N))
     with serve(kind, trail) as app:
+        commits = "iabma_audit_commit_duration_seconds_count"
+        before = totals(app, commits)[commits]
         if isinstance(app, UvicornHarness):
             responses = asyncio.run(_burst(app.base_url, rows))
         else:
@@ -126,16 +130,16 @@ def test_n_concurrent_requests_give_n_records(
                 {k: item[k] for k in ("prediction", "weights", "uncertainty")} for item in sent
             ]
             assert back["version"] == r.json()["version"]
-        commits = sum(v[2] for v in app.service.metrics.audit_commit_seconds.values.values())
-        assert commits < N, "concurrent records share group commits"
+        made = totals(app, commits)[commits] - before
+        assert 0 < made < N, "concurrent records share group commits"
     # Each record's per-expert sums (what /weights aggregates) equal its answer's weights.
     sums = trail.rows("select experts, weight_sums, top_counts, n_instances from iabma_audit_log")
-    totals = np.zeros(len(json.loads(sums[0][0])))
+    summed = np.zeros(len(json.loads(sums[0][0])))
     for _experts, blob, tops, n in sums:
         assert int(n) == 1 and np.frombuffer(tops, "<i8").sum() == 1
-        totals += np.frombuffer(blob, "<f8")
+        summed += np.frombuffer(blob, "<f8")
     for j, expert in enumerate(json.loads(sums[0][0])):
-        assert totals[j] == pytest.approx(
+        assert summed[j] == pytest.approx(
             sum(r.json()["predictions"][0]["weights"][expert] for r in responses)
         )
 
@@ -148,13 +152,13 @@ def test_payload_modes(mode: str, trail: Trail, serve: Callable[..., Any]) -> No
         assert r.status_code == 200
         stored = app.get("/weights", params={"request_id": "p-1"}).json()["input"]
     canonical = json.dumps(instances[:1], sort_keys=True, separators=(",", ":")).encode()
-    digest = hashlib.sha256(canonical).hexdigest()
+    digest = hmac.new(app.service.hash_key, canonical, hashlib.sha256).hexdigest()
     ((raw_json, raw_hash),) = trail.rows("select input_json, input_hash from iabma_audit_log")
     if mode == "full":
-        assert stored == {"mode": "full", "sha256": digest, "instances": instances[:1]}
+        assert stored == {"mode": "full", "hmac_sha256": digest, "instances": instances[:1]}
         assert json.loads(raw_json) == instances[:1] and raw_hash == digest
     elif mode == "hash":
-        assert stored == {"mode": "hash", "sha256": digest}
+        assert stored == {"mode": "hash", "hmac_sha256": digest}
         assert raw_json is None and raw_hash == digest
     else:
         assert stored == {"mode": "off"}
@@ -168,6 +172,7 @@ def test_store_failure_is_a_503_and_records_nothing(
         ok = app.post("/predict", json={"instances": [{"x1": 0.1, "x2": 0.2}]})
         assert ok.status_code == 200
         # The database now refuses every insert: the group's transaction must roll back.
+        failed_before = totals(app, "iabma_audit_failures_total")["iabma_audit_failures_total"]
         trail.refuse_inserts()
         r = app.post("/predict", json={"instances": [{"x1": 0.3, "x2": 0.4}]})
         assert r.status_code == 503, r.text
@@ -175,8 +180,8 @@ def test_store_failure_is_a_503_and_records_nothing(
         assert "nothing was recorded" in r.json()["error"]["message"]
         assert trail.count() == 1
         assert app.get("/livez").status_code == 200
-        failures = app.service.metrics.audit_failures.values
-        assert sum(failures.values()) == 1
+        failures = totals(app, "iabma_audit_failures_total")["iabma_audit_failures_total"]
+        assert failures - failed_before == 1
 
 
 def _record(rid: str) -> AuditRecord:
@@ -195,6 +200,7 @@ def _record(rid: str) -> AuditRecord:
         latency_ms=1.0,
         input_mode="hash",
         instances=[{"x": 1}],
+        hash_key=b"k" * 32,
     )
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import httpx
 from app_harness import PYTHON, ROOT, UvicornProcess
-from app_support import Bundles, audited, pg_count
+from app_support import TEST_HASH_KEY, Bundles, audited, pg_count
 
 N = 40
 
@@ -65,6 +65,7 @@ def test_two_workers_share_one_postgres_trail(
         "IABMA_STORE": str(bundles.store),
         "IABMA_MODEL_NAME": "demo",
         "IABMA_AUDIT_URL": pg_url,
+        "IABMA_AUDIT_HASH_KEY": TEST_HASH_KEY,
     }
     with UvicornProcess(env, ("--workers", "2"), cwd=cwd) as served:
         served.wait_ready()
@@ -128,7 +129,8 @@ def test_uvicorn_workers_on_one_sqlite_trail_stop_with_one_line(
         "IABMA_AUDIT_URL": f"sqlite:///{tmp_path / 'audit.db'}",
     }
     with UvicornProcess(env, ("--workers", "2"), cwd=tmp_path) as served:
-        _out, err = served.proc.communicate(timeout=60)
+        served.proc.wait(timeout=60)
+        _out, err = served.output()
     assert "Traceback" not in err
     refusals = [
         json.loads(line)["message"]

@@ -112,7 +112,7 @@ def test_uvicorn_factory_refuses_to_start(
     base = {"IABMA_STORE": str(bundles.store), "IABMA_AUDIT_URL": f"sqlite:///{tmp_path / 'a.db'}"}
     with UvicornProcess({**base, **env}) as server:
         code = server.proc.wait(60)
-        _, err = server.proc.communicate()
+        _, err = server.output()
     assert code != 0
     assert says in err
 

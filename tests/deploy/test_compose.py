@@ -27,13 +27,20 @@ from app.settings import Settings, load_settings
 APPS = ("app1", "app2")
 
 
-def compose_config(**env: str) -> dict[str, Any]:
+HASH_KEY = "compose-test-hash-key-0123456789"
+
+
+def run_compose_config(**env: str) -> subprocess.CompletedProcess[str]:
     # Only PATH and HOME from the caller: its IABMA_* or POSTGRES_* must not change the result.
-    res = subprocess.run(
+    return subprocess.run(
         [require_tool("docker-compose"), "--file", str(COMPOSE_FILE), "config"],
         cwd=REPO, env=clean_env(**env), capture_output=True, text=True, timeout=120,
         check=False,
     )  # fmt: skip
+
+
+def compose_config(**env: str) -> dict[str, Any]:
+    res = run_compose_config(**{"IABMA_AUDIT_HASH_KEY": HASH_KEY, **env})
     assert res.returncode == 0, f"docker-compose config failed:\n{res.stderr}"
     config = yaml.safe_load(res.stdout)
     assert isinstance(config, dict)
@@ -156,3 +163,11 @@ def test_only_nginx_may_set_forwarded_headers(config: dict[str, Any]) -> None:
         assert services[app]["environment"]["FORWARDED_ALLOW_IPS"] == str(nginx_ip)
         addresses.add(ipaddress.ip_address(services[app]["networks"]["backend"]["ipv4_address"]))
     assert len(addresses) == 3 and all(a in subnet for a in addresses)
+
+
+def test_the_audit_hash_key_is_required_and_shared() -> None:
+    res = run_compose_config()
+    assert res.returncode != 0 and "set IABMA_AUDIT_HASH_KEY" in res.stderr
+    config = compose_config()
+    keys = {config["services"][a]["environment"]["IABMA_AUDIT_HASH_KEY"] for a in APPS}
+    assert keys == {HASH_KEY}

@@ -41,6 +41,8 @@ from app.settings import Settings
 PREDICT = {"instances": [{"x1": 0.1, "x2": -0.3}]}
 MAX_BODY = Settings.model_fields["max_body_bytes"].default
 LUA_SCRIPT = Path(__file__).with_name("predict.lua")
+# Replicas sharing a PostgreSQL trail hash inputs with one key (IABMA_AUDIT_HASH_KEY).
+TEST_HASH_KEY = "nginx-test-hash-key-0123456789abcdef"
 
 
 @dataclass
@@ -70,6 +72,7 @@ def start_replica(
         IABMA_STORE=str(store),
         IABMA_MODEL_NAME="demo",
         IABMA_AUDIT_URL=audit_url,
+        IABMA_AUDIT_HASH_KEY=TEST_HASH_KEY,
         # nginx connects from loopback, so its X-Forwarded-* headers are believed.
         FORWARDED_ALLOW_IPS="127.0.0.1",
         **settings,

@@ -24,7 +24,6 @@ import pandas as pd
 
 from app.bundle.loader import sha256_file
 from app.bundle.manifest import (
-    LATEST_FILE,
     MANIFEST_FILE,
     EnsembleEntry,
     ExpertEntry,
@@ -40,6 +39,7 @@ from training.estimator import IABMAClassifier, IABMARegressor, as_frame
 from training.export.ensemble import CLASSIFICATION_OUTPUTS, REGRESSION_OUTPUTS, write_ensemble
 from training.export.experts import write_expert
 from training.export.graph import GraphBuilder
+from training.export.pointer import fsync_dir, publish_latest
 from training.gate.iabma_gate import IABMAGate
 
 GATE_TOL = 1e-5
@@ -100,24 +100,6 @@ def _target(est: IABMAClassifier | IABMARegressor, target_name: str) -> TargetSp
     return TargetSpec(
         name=target_name, mean=est.y_mean_, scale=est.y_scale_, low=est.y_low_, high=est.y_high_
     )
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def publish_latest(root: Path, version: str) -> None:
-    tmp = root / f".{LATEST_FILE}.{os.getpid()}"
-    with tmp.open("w", encoding="utf-8") as fh:
-        fh.write(version + "\n")
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, root / LATEST_FILE)
-    _fsync_dir(root)
 
 
 def export_bundle(
@@ -247,7 +229,7 @@ def export_bundle(
             if f.is_file():
                 f.chmod(stat.S_IRUSR | stat.S_IRGRP | stat.S_IROTH)
         os.rename(tmp, root / version)
-        _fsync_dir(root)
+        fsync_dir(root)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

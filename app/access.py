@@ -1,0 +1,134 @@
+"""Who may call what: API keys for the data routes, auditor keys, metrics keys.
+
+Each protected route belongs to one role. A role with no keys configured is open, except
+that the auditor role falls back to the API keys: setting ``IABMA_API_KEYS`` alone must
+not leave ``/weights`` (which can return raw inputs) open to anyone holding nothing.
+
+A key is sent as ``Authorization: Bearer <key>`` or ``X-API-Key: <key>``. A missing or
+unknown key is 401 with ``WWW-Authenticate: Bearer``; a valid key of another role is 403.
+Keys are compared as sha256 digests with :func:`hmac.compare_digest` against every
+configured key, so the time taken says nothing about how much of a key was right, nor
+which key matched.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import re
+from dataclasses import dataclass
+from enum import Enum
+
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from app.errors import Forbidden, Unauthorized
+from app.responses import error_response
+from app.settings import Settings
+
+
+class Role(Enum):
+    DATA = "api"
+    AUDITOR = "auditor"
+    METRICS = "metrics"
+
+
+# The OIP model's readiness answers probes (KServe's own), like the health routes.
+_OIP_READY = re.compile(r"^/v2/models/[^/]+(?:/versions/[^/]+)?/ready$")
+_OIP_MODEL = re.compile(r"^/v2/models/[^/]+(?:/versions/[^/]+)?(?:/infer)?$")
+
+
+def role_of(path: str) -> Role | None:
+    """The role a path needs, or ``None`` for open paths (health, docs, admin's own token)."""
+    if path == "/predict" or path == "/models" or path.startswith("/models/"):
+        return Role.DATA
+    if path == "/v2" or (_OIP_MODEL.match(path) and not _OIP_READY.match(path)):
+        return Role.DATA
+    if path == "/weights" or path == "/audit" or path.startswith("/audit/"):
+        return Role.AUDITOR
+    if path == "/metrics":
+        return Role.METRICS
+    return None
+
+
+def _digest(key: str) -> bytes:
+    return hashlib.sha256(key.encode("utf-8")).digest()
+
+
+@dataclass(frozen=True)
+class KeyRing:
+    """The sha256 digests of each role's keys; a role absent from ``keys`` is open."""
+
+    keys: dict[Role, tuple[bytes, ...]]
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> KeyRing:
+        api = settings.keys("api_keys")
+        auditor = settings.keys("auditor_keys") or api
+        metrics = settings.keys("metrics_keys")
+        given = {Role.DATA: api, Role.AUDITOR: auditor, Role.METRICS: metrics}
+        return cls({role: tuple(map(_digest, k)) for role, k in given.items() if k})
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.keys)
+
+    def roles_of(self, key: str) -> set[Role]:
+        """Every role ``key`` belongs to; each configured key is compared, match or not."""
+        given = _digest(key)
+        found = set()
+        for role, digests in self.keys.items():
+            for digest in digests:
+                if hmac.compare_digest(given, digest):
+                    found.add(role)
+        return found
+
+    def check(self, role: Role, key: str | None) -> None:
+        """Raise :class:`Unauthorized` or :class:`Forbidden` unless ``key`` opens ``role``."""
+        if role not in self.keys:
+            return
+        if key is None:
+            raise Unauthorized(
+                f"this route needs a key ({role.value} role): send Authorization: Bearer <key>",
+                "header Authorization",
+            )
+        roles = self.roles_of(key)
+        if role in roles:
+            return
+        if roles:
+            held = ", ".join(sorted(r.value for r in roles))
+            raise Forbidden(
+                f"this key has the {held} role; this route needs the {role.value} role",
+                "header Authorization",
+            )
+        raise Unauthorized("unknown key", "header Authorization")
+
+
+def presented_key(headers: list[tuple[bytes, bytes]]) -> str | None:
+    """The key from ``Authorization: Bearer`` or ``X-API-Key``, if either is present."""
+    for name, value in headers:
+        if name == b"authorization":
+            scheme, _, token = value.decode("latin-1").partition(" ")
+            if scheme.lower() == "bearer" and token.strip():
+                return token.strip()
+        elif name == b"x-api-key" and value.strip():
+            return value.decode("latin-1").strip()
+    return None
+
+
+class AccessGuard:
+    """Pure ASGI middleware: refuses a request before any body is read."""
+
+    def __init__(self, app: ASGIApp, ring: KeyRing) -> None:
+        self.app = app
+        self.ring = ring
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["method"] != "OPTIONS":
+            role = role_of(scope["path"])
+            if role is not None and role in self.ring.keys:
+                try:
+                    self.ring.check(role, presented_key(scope["headers"]))
+                except (Unauthorized, Forbidden) as exc:
+                    await error_response(exc, scope["path"])(scope, receive, send)
+                    return
+        await self.app(scope, receive, send)

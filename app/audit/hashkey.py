@@ -1,0 +1,77 @@
+"""The key of the ``hash`` audit mode: inputs are kept as an HMAC-SHA256, not a bare hash.
+
+A bare sha256 of a few tabular values can be reversed by trying values; a keyed hash
+cannot without the key, yet equal inputs still give equal digests, so an auditor who
+holds the key can check whether a given input was seen. The key comes from
+``IABMA_AUDIT_HASH_KEY`` (or ``_FILE``). A SQLite trail without one gets a random key
+made at first start and kept beside the trail (mode 0600), so a single node needs no
+set-up; a PostgreSQL trail is shared by replicas, which must all use one key, so it
+refuses to start without one.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import secrets
+from pathlib import Path
+
+from sqlalchemy.engine import make_url
+
+from app.errors import StartupRefused
+from app.settings import Settings
+
+log = logging.getLogger("iabma.audit")
+MIN_KEY_CHARS = 16
+KEY_SUFFIX = ".hmac-key"
+
+
+def key_file_for(sqlite_database: str) -> Path:
+    trail = Path(sqlite_database)
+    return trail.with_name(trail.name + KEY_SUFFIX)
+
+
+def audit_hash_key(settings: Settings) -> bytes:
+    """The key to hash inputs with; raises :class:`StartupRefused` when there is none."""
+    if settings.audit_hash_key is not None:
+        key = settings.audit_hash_key.get_secret_value()
+        if len(key) < MIN_KEY_CHARS:
+            raise StartupRefused(
+                f"IABMA_AUDIT_HASH_KEY is {len(key)} characters; use at least "
+                f"{MIN_KEY_CHARS}, e.g. the output of: python -c "
+                "'import secrets; print(secrets.token_hex(32))'"
+            )
+        return key.encode("utf-8")
+    url = make_url(settings.audit_url)
+    if url.get_backend_name() != "sqlite":
+        raise StartupRefused(
+            "IABMA_AUDIT_HASH_KEY is not set: every replica writing to one PostgreSQL trail "
+            "must hash inputs with the same key. Set IABMA_AUDIT_HASH_KEY (or "
+            "IABMA_AUDIT_HASH_KEY_FILE) to one secret, e.g. the output of: python -c "
+            "'import secrets; print(secrets.token_hex(32))'"
+        )
+    assert url.database is not None  # normalise_audit_url refuses in-memory trails
+    return _local_key(key_file_for(url.database))
+
+
+def _local_key(path: Path) -> bytes:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        key = path.read_text(encoding="utf-8").strip()
+        if len(key) < MIN_KEY_CHARS:
+            raise StartupRefused(
+                f"the audit hash key file {path} holds {len(key)} characters; remove it to "
+                "have a new key made, or set IABMA_AUDIT_HASH_KEY"
+            ) from None
+        if path.stat().st_mode & 0o077:
+            log.warning("the audit hash key file %s is readable by others; chmod 600 it", path)
+        return key.encode("utf-8")
+    key = secrets.token_hex(32)
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        fh.write(key + "\n")
+        fh.flush()
+        os.fsync(fh.fileno())
+    log.info("made an audit hash key at %s (keep it with the trail)", path)
+    return key.encode("utf-8")

@@ -1,0 +1,116 @@
+"""The service's Prometheus metrics, shared by all worker processes of one server.
+
+Names follow Prometheus conventions (``_total``, ``_seconds``) and every ``iabma_*``
+series carries ``model_name`` and ``model_version``. Updates are buffered per process
+(:mod:`app.metrics.buffer`) and written into prometheus_client's multiprocess files
+(:mod:`app.metrics.store`); any worker's ``/metrics`` adds up every worker's files. The
+exposition adds ``process_*`` per live worker (``pid`` label), ``python_gc_*`` summed
+over workers, and ``python_info``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import threading
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from app.metrics.buffer import CounterBuffer, GaugeBuffer, HistogramBuffer, Labels
+from app.metrics.families import GRAPH_BUCKETS, LATENCY_BUCKETS, WEIGHT_BUCKETS, families
+from app.metrics.store import multiprocess_dir
+from app.metrics.workers import WorkerProcessCollector
+
+FLUSH_SECONDS = 1.0
+_FEW_ROWS = 8
+# The GC's counts are the process's, whichever app (tests build several) flushes them.
+_GC_LOCK = threading.Lock()
+_GC_SEEN = [[0, 0, 0] for _ in range(3)]
+
+
+class ServiceMetrics:
+    """Buffered families of one app; ``flush`` shares them, ``render`` exposes all workers."""
+
+    def __init__(self) -> None:
+        from prometheus_client import CollectorRegistry, PlatformCollector
+        from prometheus_client.multiprocess import MultiProcessCollector
+
+        self.directory = multiprocess_dir()
+        f = families()
+        self.requests = CounterBuffer(f.requests)
+        self.request_seconds = HistogramBuffer(f.request_seconds, LATENCY_BUCKETS)
+        self.rows = CounterBuffer(f.rows)
+        self.graph_seconds = HistogramBuffer(f.graph_seconds, GRAPH_BUCKETS)
+        self.gate_weight = HistogramBuffer(f.gate_weight, WEIGHT_BUCKETS)
+        self.audit_depth = GaugeBuffer(f.audit_depth)
+        self.audit_commit_seconds = HistogramBuffer(f.audit_commit_seconds, LATENCY_BUCKETS)
+        self.audit_records = CounterBuffer(f.audit_records)
+        self.audit_failures = CounterBuffer(f.audit_failures)
+        self.reloads = CounterBuffer(f.reloads)
+        self.served = GaugeBuffer(f.served)
+        self.refused = GaugeBuffer(f.refused)
+        self._buffers = (
+            self.requests, self.request_seconds, self.rows, self.graph_seconds,
+            self.gate_weight, self.audit_depth, self.audit_commit_seconds, self.audit_records,
+            self.audit_failures, self.reloads, self.served, self.refused,
+        )  # fmt: skip
+        self._gc = (f.gc_collections, f.gc_collected, f.gc_uncollectable)
+        self.registry = CollectorRegistry(auto_describe=False)
+        MultiProcessCollector(self.registry, path=str(self.directory))
+        self.registry.register(WorkerProcessCollector(self.directory))
+        PlatformCollector(registry=self.registry)
+
+    # -- what the service records ------------------------------------------------------------
+    def observe_graphs(self, model: Labels, timings: dict[str, float]) -> None:
+        for graph, seconds in timings.items():
+            self.graph_seconds.observe((*model, graph), seconds)
+
+    def observe_weights(self, model: Labels, experts: Sequence[str], weights: np.ndarray) -> None:
+        if weights.shape[0] <= _FEW_ROWS:  # numpy's per-call cost exceeds a few bisects
+            for row in weights.tolist():
+                for expert, w in zip(experts, row, strict=True):
+                    self.gate_weight.observe((*model, expert), w)
+            return
+        for j, expert in enumerate(experts):
+            self.gate_weight.observe_many((*model, expert), weights[:, j])
+
+    def serving(self, model: Labels, previous: Labels | None) -> None:
+        """Mark ``model`` as this worker's served version (and ``previous`` as no longer)."""
+        if previous is not None and previous != model:
+            self.served.set(previous, 0)
+        self.served.set(model, 1)
+        self.refused.set(model, 0)
+
+    # -- sharing and exposing ----------------------------------------------------------------
+    def flush(self) -> None:
+        """Move this process's buffered updates into the shared files (event loop thread)."""
+        for buffer in self._buffers:
+            buffer.flush()
+        with _GC_LOCK:
+            for generation, stats in enumerate(gc.get_stats()):
+                seen = _GC_SEEN[generation]
+                now = (stats["collections"], stats["collected"], stats["uncollectable"])
+                for k, family in enumerate(self._gc):
+                    if now[k] > seen[k]:
+                        family.labels(str(generation)).inc(now[k] - seen[k])
+                        seen[k] = now[k]
+
+    def exposition(self, accept: str | None = None) -> tuple[bytes, str]:
+        """Every worker's metrics as text; OpenMetrics when ``accept`` asks for it."""
+        from prometheus_client.exposition import choose_encoder
+
+        encoder, content_type = choose_encoder(accept or "")
+        return encoder(self.registry), content_type
+
+    async def run_flusher(self, before: Callable[[], None] | None = None) -> None:
+        """Flush once a second until cancelled, and once more when cancelled; ``before``
+        refreshes gauges that are read rather than counted (the audit queue depth)."""
+        try:
+            while True:
+                await asyncio.sleep(FLUSH_SECONDS)
+                if before is not None:
+                    before()
+                self.flush()
+        finally:
+            self.flush()

@@ -1,0 +1,127 @@
+"""The Prometheus families this process writes, created once per process.
+
+In multiprocess mode a value is identified by its name and labels within a process's
+file, so two apps in one process (tests build many) must share one family object per
+name; otherwise each would overwrite the other's count in the same slot.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cache
+from typing import Any
+
+MODEL_LABELS = ("model_name", "model_version")
+LATENCY_BUCKETS = (
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+)  # fmt: skip
+GRAPH_BUCKETS = (
+    0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5,
+)  # fmt: skip
+WEIGHT_BUCKETS = tuple(round(0.1 * k, 1) for k in range(1, 11))
+
+
+@dataclass(frozen=True)
+class Families:
+    requests: Any
+    request_seconds: Any
+    rows: Any
+    graph_seconds: Any
+    gate_weight: Any
+    audit_depth: Any
+    audit_commit_seconds: Any
+    audit_records: Any
+    audit_failures: Any
+    reloads: Any
+    served: Any
+    refused: Any
+    gc_collections: Any
+    gc_collected: Any
+    gc_uncollectable: Any
+
+
+@cache
+def families() -> Families:
+    """Build the families; call :func:`app.metrics.store.multiprocess_dir` first."""
+    from prometheus_client import Counter, Gauge, Histogram
+
+    def counter(name: str, doc: str, labels: tuple[str, ...] = ()) -> Any:
+        return Counter(name, doc, (*MODEL_LABELS, *labels), registry=None)
+
+    def histogram(name: str, doc: str, labels: tuple[str, ...], buckets: tuple) -> Any:
+        return Histogram(name, doc, (*MODEL_LABELS, *labels), buckets=buckets, registry=None)
+
+    def gc_counter(name: str, doc: str) -> Any:
+        return Counter(name, doc, ("generation",), registry=None)
+
+    return Families(
+        requests=counter(
+            "iabma_http_requests_total", "HTTP requests answered.", ("route", "method", "status")
+        ),
+        request_seconds=histogram(
+            "iabma_http_request_duration_seconds",
+            "Time from request to the end of the response.",
+            ("route", "method", "status"),
+            LATENCY_BUCKETS,
+        ),
+        rows=counter("iabma_predicted_rows_total", "Rows predicted.", ("route",)),
+        graph_seconds=histogram(
+            "iabma_inference_duration_seconds",
+            "onnxruntime time per batch and graph.",
+            ("graph",),
+            GRAPH_BUCKETS,
+        ),
+        gate_weight=histogram(
+            "iabma_gate_weight",
+            "Gate weight of each expert per predicted row.",
+            ("expert",),
+            WEIGHT_BUCKETS,
+        ),
+        audit_depth=Gauge(
+            "iabma_audit_queue_depth",
+            "Audit records waiting for, or inside, a commit (all live workers).",
+            MODEL_LABELS,
+            multiprocess_mode="livesum",
+            registry=None,
+        ),
+        audit_commit_seconds=histogram(
+            "iabma_audit_commit_duration_seconds",
+            "Time of one group commit of audit records.",
+            (),
+            LATENCY_BUCKETS,
+        ),
+        audit_records=counter("iabma_audit_records_total", "Audit records committed."),
+        audit_failures=counter(
+            "iabma_audit_failures_total", "Group commits that failed (their requests got 503)."
+        ),
+        reloads=counter(
+            "iabma_reloads_total",
+            "Bundle loads after start-up by outcome: ok, or refused (failed verification).",
+            ("outcome",),
+        ),
+        served=Gauge(
+            "iabma_model_served",
+            "1 for the version each live worker (pid) serves, 0 for versions it served before.",
+            MODEL_LABELS,
+            multiprocess_mode="liveall",
+            registry=None,
+        ),
+        refused=Gauge(
+            "iabma_model_refused",
+            "1 while LATEST names a version this worker refused; the error is in the log "
+            "and in GET /models.",
+            MODEL_LABELS,
+            multiprocess_mode="liveall",
+            registry=None,
+        ),
+        gc_collections=gc_counter(
+            "python_gc_collections_total", "Collections of each generation, all workers."
+        ),
+        gc_collected=gc_counter(
+            "python_gc_objects_collected_total", "Objects collected by the GC, all workers."
+        ),
+        gc_uncollectable=gc_counter(
+            "python_gc_objects_uncollectable_total",
+            "Uncollectable objects found by the GC, all workers.",
+        ),
+    )
