@@ -212,7 +212,7 @@ def predict_result(body: Any) -> PredictResult:
 
 
 def _stored_input(raw: Mapping[str, Any]) -> StoredInput:
-    digest = next((raw[k] for k in ("hmac", "sha256", "digest") if raw.get(k)), None)
+    digest = next((raw[k] for k in ("hmac_sha256", "sha256") if raw.get(k)), None)
     rows = raw.get("instances")
     return StoredInput(str(raw["mode"]), digest, None if rows is None else tuple(rows))
 

@@ -4,7 +4,6 @@ port, and a server that accepts but never answers."""
 from __future__ import annotations
 
 import asyncio
-import gzip
 import json
 import time
 from typing import TYPE_CHECKING
@@ -21,10 +20,10 @@ from app.client import (
     Client,
     ConnectionFailed,
     InvalidInput,
+    PermissionDenied,
     RetryPolicy,
     ServiceUnavailable,
 )
-from app.settings import Settings
 
 if TYPE_CHECKING:
     from conftest import Serve  # the fixture's type; pytest provides the value
@@ -146,27 +145,26 @@ def test_keys_and_gzip_on_the_wire(demo_url: str, bundles: Bundles) -> None:
     assert len(big.predictions) == 50
 
 
-def _decodes_gzip(url: str) -> bool:
-    body = gzip.compress(json.dumps({"instances": [ROW]}).encode())
-    headers = {"Content-Type": "application/json", "Content-Encoding": "gzip"}
-    return httpx.post(url + "/predict", content=body, headers=headers).status_code == 200
-
-
 def test_gzip_bodies_reach_the_real_app(demo_url: str, bundles: Bundles) -> None:
-    if not _decodes_gzip(demo_url):
-        pytest.skip("this server does not decode Content-Encoding: gzip request bodies yet")
     rows = bundles.demo.instances(slice(0, 50))
     with Client(demo_url, gzip=True, gzip_min_bytes=0) as packed, Client(demo_url) as plain:
         assert packed.predict(rows).predictions == plain.predict(rows).predictions
 
 
-@pytest.mark.skipif(
-    "api_keys" not in Settings.model_fields, reason="this server has no IABMA_API_KEYS yet"
-)
-def test_api_key_against_the_real_app(serve: Serve) -> None:
-    url = serve("demo", IABMA_API_KEYS="k-one,k-two").base_url
-    with Client(url, api_key="k-two") as keyed:
-        assert len(keyed.predict([ROW]).predictions) == 1
-    with Client(url, api_key="wrong") as wrong, pytest.raises(AuthenticationError) as caught:
+def test_api_and_auditor_keys_against_the_real_app(serve: Serve) -> None:
+    keys = {"IABMA_API_KEYS": "k-one,k-two", "IABMA_AUDITOR_KEYS": "k-audit"}
+    url = serve("demo", **keys).base_url
+    with Client(url, api_key="k-two", auditor_key="k-audit") as keyed:
+        sent = keyed.predict([ROW])
+        assert keyed.weights(request_id=sent.request_id).request_id == sent.request_id
+        assert keyed.models().name == "demo"
+    seen: list[httpx.Request] = []
+    hooks = {"request": [seen.append]}
+    data_only = Client(url, api_key="k-one", event_hooks=hooks)
+    with data_only, pytest.raises(PermissionDenied) as denied:
+        data_only.weights(limit=1)
+    wrong = Client(url, api_key="wrong", event_hooks=hooks)
+    with wrong, pytest.raises(AuthenticationError) as refused:
         wrong.predict([ROW])
-    assert caught.value.status == 401 and caught.value.attempts == 1
+    assert (denied.value.status, refused.value.status) == (403, 401)
+    assert refused.value.code == "unauthorized" and len(seen) == 2, "4xx are never retried"
