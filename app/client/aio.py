@@ -1,0 +1,115 @@
+"""The asyncio client: :class:`AsyncClient`, the same calls as :class:`Client`, awaited."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Iterable, Mapping
+from datetime import datetime
+from typing import Any, TypeVar, overload
+
+import httpx
+
+from app.client import columnar, results
+from app.client.base import ClientBase, listing
+from app.client.core import Call, Outcome, Sleep, plan
+
+T = TypeVar("T")
+
+
+class AsyncClient(ClientBase):
+    """``async with AsyncClient(url) as client: await client.predict(rows)``."""
+
+    def __init__(self, base_url: str, **options: Any) -> None:
+        super().__init__(base_url, **options)
+        self._http = httpx.AsyncClient(**self._http_kwargs)
+
+    async def __aenter__(self) -> AsyncClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    async def _run(self, call: Call[T]) -> T:
+        steps = plan(call, self.retry, self._rng)
+        outcome: Outcome = None
+        try:
+            while True:
+                step = steps.send(outcome)
+                if isinstance(step, Sleep):
+                    await asyncio.sleep(step.seconds)
+                    outcome = None
+                    continue
+                try:
+                    outcome = await self._http.request(**step.http_args())
+                except httpx.TransportError as exc:
+                    outcome = exc
+        except StopIteration as done:
+            return done.value
+
+    async def predict(
+        self,
+        rows: Iterable[Mapping[str, Any]],
+        *,
+        include: Iterable[str] | None = None,
+        request_id: str | None = None,
+    ) -> results.PredictResult:
+        return await self._run(self._predict_call(rows, include, request_id))
+
+    async def predict_frame(
+        self, frame: Any, *, include: Iterable[str] | None = None, request_id: str | None = None
+    ) -> columnar.ColumnarResult:
+        return await self._run(self._columns_call(frame, include, request_id))
+
+    async def models(self) -> results.ModelInfo:
+        return await self._run(self._calls.models())
+
+    @overload
+    async def weights(self, *, request_id: str) -> results.AuditRecord: ...
+    @overload
+    async def weights(self, *, features: Mapping[str, Any]) -> results.GateWeights: ...
+    @overload
+    async def weights(
+        self,
+        *,
+        since: datetime | str | None = None,
+        until: datetime | str | None = None,
+        expert: str | None = None,
+        limit: int | None = None,
+        cursor: str | None = None,
+    ) -> results.RecordPage: ...
+
+    async def weights(
+        self,
+        *,
+        request_id: str | None = None,
+        features: Mapping[str, Any] | None = None,
+        since: datetime | str | None = None,
+        until: datetime | str | None = None,
+        expert: str | None = None,
+        limit: int | None = None,
+        cursor: str | None = None,
+    ) -> Any:
+        page = listing(since, until, expert, limit, cursor)
+        return await self._run(self._weights_call(request_id, features, page))
+
+    async def iter_pages(
+        self,
+        *,
+        since: datetime | str | None = None,
+        until: datetime | str | None = None,
+        expert: str | None = None,
+        limit: int | None = None,
+    ) -> AsyncIterator[results.RecordPage]:
+        call: Call[Any] | None = self._calls.page(**listing(since, until, expert, limit))
+        while call is not None:
+            page = await self._run(call)
+            yield page
+            call = self._calls.next_page(call, page)
+
+    async def iter_records(self, **filters: Any) -> AsyncIterator[results.AuditRecord]:
+        async for page in self.iter_pages(**filters):
+            for record in page.records:
+                yield record

@@ -1,0 +1,108 @@
+"""Construction and call building shared by :class:`Client` and :class:`AsyncClient`."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterable, Mapping
+from datetime import datetime
+from typing import Any
+
+import httpx
+
+from app.client import columnar, results
+from app.client.calls import Requests
+from app.client.core import USER_AGENT, Call, RetryPolicy
+
+DEFAULT_TIMEOUT = 10.0
+
+
+class ClientBase:
+    """Holds the settings; subclasses own the httpx client and drive :func:`core.plan`.
+
+    ``api_key`` is sent as ``Authorization: Bearer <key>``; ``auditor_key``, when given,
+    replaces it on ``/weights``. ``retry`` sets the retry policy (``core.NO_RETRY`` turns
+    retries off). With ``gzip=True`` request bodies of ``gzip_min_bytes`` or more are sent
+    with ``Content-Encoding: gzip``. ``transport`` and ``http_options`` go to httpx as they
+    are (e.g. ``verify=`` or ``limits=``).
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        api_key: str | None = None,
+        auditor_key: str | None = None,
+        timeout: float | httpx.Timeout = DEFAULT_TIMEOUT,
+        retry: RetryPolicy | None = None,
+        gzip: bool = False,
+        gzip_min_bytes: int = 1024,
+        headers: Mapping[str, str] | None = None,
+        transport: Any = None,
+        seed: int | None = None,
+        **http_options: Any,
+    ) -> None:
+        if not base_url.startswith(("http://", "https://")):
+            raise ValueError(f"base_url must start with http:// or https://, got {base_url!r}")
+        if gzip_min_bytes < 0:
+            raise ValueError(f"gzip_min_bytes must be >= 0, got {gzip_min_bytes}")
+        self.base_url = base_url.rstrip("/")
+        self.retry = retry or RetryPolicy()
+        self._calls = Requests(api_key, auditor_key, gzip, gzip_min_bytes)
+        self._rng = random.Random(seed)
+        self._http_kwargs: dict[str, Any] = {
+            "base_url": self.base_url,
+            "timeout": timeout,
+            "headers": {"User-Agent": USER_AGENT, **(headers or {})},
+            "transport": transport,
+            **http_options,
+        }
+
+    def _predict_call(
+        self, rows: Iterable[Mapping[str, Any]], include: Iterable[str] | None, rid: str | None
+    ) -> Call[results.PredictResult]:
+        return self._calls.predict(
+            rows, results.predict_result, columnar=False, include=include, request_id=rid
+        )
+
+    def _columns_call(
+        self, frame: Any, include: Iterable[str] | None, rid: str | None
+    ) -> Call[columnar.ColumnarResult]:
+        rows, index = columnar.frame_rows(frame)
+        return self._calls.predict(
+            rows,
+            lambda body: columnar.columnar_result(body, index),
+            columnar=True,
+            include=include,
+            request_id=rid,
+        )
+
+    def _weights_call(
+        self,
+        request_id: str | None,
+        features: Mapping[str, Any] | None,
+        listing: dict[str, Any],
+    ) -> Call[Any]:
+        """GET /weights in the mode its arguments pick; mixing modes is refused here,
+        naming the arguments, rather than left to the server's reading of the query."""
+        given = sorted(k for k, v in listing.items() if v is not None)
+        if request_id is not None:
+            if features is not None or given:
+                raise ValueError(
+                    f"request_id cannot be combined with {', '.join(given) or 'features'}"
+                )
+            return self._calls.record(request_id)
+        if features is not None:
+            if given:
+                raise ValueError(f"features cannot be combined with {', '.join(given)}")
+            return self._calls.gate(features)
+        return self._calls.page(**listing)
+
+
+def listing(
+    since: datetime | str | None,
+    until: datetime | str | None,
+    expert: str | None,
+    limit: int | None,
+    cursor: str | None = None,
+) -> dict[str, Any]:
+    return {"since": since, "until": until, "expert": expert, "limit": limit, "cursor": cursor}

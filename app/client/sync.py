@@ -1,0 +1,125 @@
+"""The blocking client: :class:`Client`."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Iterator, Mapping
+from datetime import datetime
+from typing import Any, TypeVar, overload
+
+import httpx
+
+from app.client import columnar, results
+from app.client.base import ClientBase, listing
+from app.client.core import Call, Outcome, Sleep, plan
+
+T = TypeVar("T")
+
+
+class Client(ClientBase):
+    """Calls the IA-BMA service over HTTP; use it as a context manager, or ``close()`` it.
+
+    >>> with Client("http://127.0.0.1:8000", api_key="...") as client:
+    ...     result = client.predict([{"x1": 0.5, "x2": -1.0}])
+    """
+
+    def __init__(self, base_url: str, **options: Any) -> None:
+        super().__init__(base_url, **options)
+        self._http = httpx.Client(**self._http_kwargs)
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._http.close()
+
+    def _run(self, call: Call[T]) -> T:
+        steps = plan(call, self.retry, self._rng)
+        outcome: Outcome = None
+        try:
+            while True:
+                step = steps.send(outcome)
+                if isinstance(step, Sleep):
+                    time.sleep(step.seconds)
+                    outcome = None
+                    continue
+                try:
+                    outcome = self._http.request(**step.http_args())
+                except httpx.TransportError as exc:
+                    outcome = exc
+        except StopIteration as done:
+            return done.value
+
+    def predict(
+        self,
+        rows: Iterable[Mapping[str, Any]],
+        *,
+        include: Iterable[str] | None = None,
+        request_id: str | None = None,
+    ) -> results.PredictResult:
+        """One prediction per row (a mapping of feature name to value; None is missing)."""
+        return self._run(self._predict_call(rows, include, request_id))
+
+    def predict_frame(
+        self, frame: Any, *, include: Iterable[str] | None = None, request_id: str | None = None
+    ) -> columnar.ColumnarResult:
+        """A pandas DataFrame, pyarrow Table or mapping of columns in; one list per field
+        out (``.to_pandas()`` puts them in a DataFrame on the frame's index)."""
+        return self._run(self._columns_call(frame, include, request_id))
+
+    def models(self) -> results.ModelInfo:
+        return self._run(self._calls.models())
+
+    @overload
+    def weights(self, *, request_id: str) -> results.AuditRecord: ...
+    @overload
+    def weights(self, *, features: Mapping[str, Any]) -> results.GateWeights: ...
+    @overload
+    def weights(
+        self,
+        *,
+        since: datetime | str | None = None,
+        until: datetime | str | None = None,
+        expert: str | None = None,
+        limit: int | None = None,
+        cursor: str | None = None,
+    ) -> results.RecordPage: ...
+
+    def weights(
+        self,
+        *,
+        request_id: str | None = None,
+        features: Mapping[str, Any] | None = None,
+        since: datetime | str | None = None,
+        until: datetime | str | None = None,
+        expert: str | None = None,
+        limit: int | None = None,
+        cursor: str | None = None,
+    ) -> Any:
+        """``request_id=``: that audited record; ``features=``: the gate's weights now;
+        otherwise one page of records (newest first) with per-expert aggregates."""
+        page = listing(since, until, expert, limit, cursor)
+        return self._run(self._weights_call(request_id, features, page))
+
+    def iter_pages(
+        self,
+        *,
+        since: datetime | str | None = None,
+        until: datetime | str | None = None,
+        expert: str | None = None,
+        limit: int | None = None,
+    ) -> Iterator[results.RecordPage]:
+        """Every page of the listing, following ``next_cursor`` until the last."""
+        call: Call[Any] | None = self._calls.page(**listing(since, until, expert, limit))
+        while call is not None:
+            page = self._run(call)
+            yield page
+            call = self._calls.next_page(call, page)
+
+    def iter_records(self, **filters: Any) -> Iterator[results.AuditRecord]:
+        """Every record of the listing (same filters as :meth:`iter_pages`), page by page."""
+        for page in self.iter_pages(**filters):
+            yield from page.records
