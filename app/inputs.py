@@ -178,6 +178,7 @@ class FeatureTable:
                         )
                     )
             for name in self.names:
+                value: float | str | None
                 if name not in row:
                     problem: Problem | None = (
                         "missing_feature",

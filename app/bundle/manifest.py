@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import re
 from datetime import datetime
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from app.bundle.normalise import Normaliser
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION: Final = 3
 MANIFEST_FILE = "manifest.json"
 LATEST_FILE = "LATEST"
 # Categorical missing values travel through every ONNX graph as this string, so the

@@ -50,7 +50,11 @@ def json_repr(value: object) -> str:
         return repr(value)
     if value is None:
         return "null"
-    return {dict: "an object", list: "an array"}.get(type(value), type(value).__name__)
+    if isinstance(value, dict):
+        return "an object"
+    if isinstance(value, list):
+        return "an array"
+    return type(value).__name__
 
 
 @dataclass(frozen=True)

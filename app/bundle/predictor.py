@@ -45,7 +45,7 @@ class Prediction:
         assert self.proba is not None
         return self.proba.argmax(axis=1)
 
-    def rows(self, idx: np.ndarray) -> Prediction:
+    def rows(self, idx: np.ndarray | slice) -> Prediction:
         """The same answer for a subset of the rows."""
         pick = lambda a: None if a is None else a[idx]  # noqa: E731
         return Prediction(

@@ -56,7 +56,7 @@ class ColumnarResult:
     def columns(self) -> dict[str, list[Any]]:
         """A flat table: ``label``, ``probability.<class>``, ``weight.<expert>``,
         ``expert.<expert>.mean``, ``uncertainty.total``, ... one list per column."""
-        n, out = len(self), {}
+        n, out = len(self), dict[str, list[Any]]()
         if self.label is not None:
             out["label"] = list(self.label)
         if self.probabilities is not None:
