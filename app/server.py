@@ -32,13 +32,14 @@ def serve(
     except SettingsError as exc:
         print(f"iabma serve: error: {exc}", file=sys.stderr)
         return 2
+    given = f"--workers {workers}" if workers is not None else f"IABMA_WORKERS={settings.workers}"
     workers = settings.workers if workers is None else workers
     if workers < 1:
         print(f"iabma serve: error: --workers must be at least 1, got {workers}", file=sys.stderr)
         return 2
     if workers > 1 and settings.audit_enabled and settings.audit_url.startswith("sqlite"):
         print(
-            f"iabma serve: error: {workers} workers with a SQLite audit trail "
+            f"iabma serve: error: {given} with a SQLite audit trail "
             f"({settings.audit_url}): SQLite serves one process. Run one worker, or give the "
             "workers one PostgreSQL trail (IABMA_AUDIT_URL=postgresql+psycopg://...)",
             file=sys.stderr,

@@ -140,3 +140,18 @@ def test_uvicorn_workers_on_one_sqlite_trail_stop_with_one_line(
     assert len(refusals) == 1
     assert refusals[0].startswith(f"cannot start: the SQLite audit trail {tmp_path}/audit.db is")
     assert "PostgreSQL" in refusals[0]
+
+
+def test_iabma_workers_setting_is_honoured_and_checked(bundles: Bundles, tmp_path: Path) -> None:
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("IABMA_")},
+        "IABMA_STORE": str(bundles.store),
+        "IABMA_WORKERS": "3",
+        "IABMA_AUDIT_URL": f"sqlite:///{tmp_path / 'audit.db'}",
+    }
+    proc = subprocess.run(
+        [PYTHON, "-m", "app.server", "--port", "1"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 2
+    assert proc.stderr.startswith("iabma serve: error: IABMA_WORKERS=3 with a SQLite audit trail")
