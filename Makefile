@@ -41,6 +41,7 @@ sysdeps:
 lint: $(VENV)/.dev
 	$(BIN)/ruff check app training tests bench
 	$(BIN)/ruff format --check app training tests bench
+	$(BIN)/lint-imports
 
 test: $(VENV)/.dev sysdeps lint
 	$(BIN)/python -m pytest
