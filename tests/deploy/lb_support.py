@@ -16,13 +16,13 @@ from deploy_support import (
     Stage,
     clean_env,
     exec_form,
-    free_port,
     nginx_main_conf,
     render_template,
     require_tool,
     uvicorn_command,
     wait_until_ready,
 )
+from support import free_port
 
 from app.settings import Settings
 

@@ -28,11 +28,11 @@ from deploy_support import (
     clean_env,
     copy_instruction,
     exec_form,
-    free_port,
     healthcheck,
     uvicorn_command,
     wait_until_ready,
 )
+from support import free_port
 
 INSTANCE = {"x1": 0.1, "x2": -0.3}
 
