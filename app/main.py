@@ -11,10 +11,12 @@ from __future__ import annotations
 import gc
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import Any
 
 from fastapi import FastAPI
 
 from app.drain import install_drain_hook
+from app.errors import StartupRefused
 from app.logs import setup_logging
 from app.observe import RequestObserver
 from app.responses import install_error_handlers
@@ -55,6 +57,19 @@ def tune_gc() -> None:
     gc.set_threshold(*GC_THRESHOLDS)
 
 
+async def start_grpc(service: Service) -> Any:
+    """The Open Inference Protocol over gRPC on ``IABMA_GRPC_PORT``; None when it is unset."""
+    if service.settings.grpc_port is None:
+        return None
+    try:
+        from app.oip_grpc.server import GrpcServer
+    except ImportError as exc:
+        raise StartupRefused(f"IABMA_GRPC_PORT is set, but {exc}") from None
+    server = GrpcServer(service, VERSION)
+    await server.start()
+    return server
+
+
 def create_app(settings: Settings | None = None) -> FastAPI:
     """Build the app; ``settings`` default to the ``IABMA_*`` environment."""
     settings = settings if settings is not None else load_settings()
@@ -64,12 +79,19 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
         await service.start()
+        try:
+            grpc_server = await start_grpc(service)
+        except BaseException:
+            await service.stop()
+            raise
         uninstall = install_drain_hook(service.runtime, settings.drain_seconds)
         tune_gc()
         try:
             yield
         finally:
             uninstall()
+            if grpc_server is not None:
+                await grpc_server.stop()
             await service.stop()
 
     app = FastAPI(
