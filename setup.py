@@ -49,4 +49,6 @@ class BuildPyWithStubs(build_py):
         return [*super().get_outputs(include_bytecode), *getattr(self, "_stubs", [])]
 
 
-setup(cmdclass={"build_py": BuildPyWithStubs})
+# setuptools runs this file as __main__; tests import generate_stubs without building.
+if __name__ == "__main__":
+    setup(cmdclass={"build_py": BuildPyWithStubs})
