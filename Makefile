@@ -33,10 +33,12 @@ serve: $(VENV)/.train $(STORE)/$(NAME)/LATEST
 	$(BIN)/iabma serve --store $(STORE) --name $(NAME) --host $(HOST) --port $(PORT)
 
 # nginx (the compose load balancer, run for real by the tests), docker-compose (offline
-# `docker-compose config`), wrk (bounded load tests on 127.0.0.1).
+# `docker-compose config`), wrk and h2load (bounded load tests on 127.0.0.1; h2load, from
+# nghttp2-client, loads the gRPC port).
 sysdeps:
 	@command -v nginx >/dev/null && command -v docker-compose >/dev/null && command -v wrk >/dev/null \
-	  || { $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq nginx docker-compose wrk >/dev/null; }
+	  && command -v h2load >/dev/null \
+	  || { $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq nginx docker-compose wrk nghttp2-client >/dev/null; }
 
 lint: $(VENV)/.dev
 	$(BIN)/ruff check app training tests bench

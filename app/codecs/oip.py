@@ -203,7 +203,9 @@ def rows_of(data: dict[str, Any]) -> list[dict[str, Any]]:
 
 def _plain(values: Any) -> list[Any]:
     if isinstance(values, np.ndarray):
-        return [None if v != v else v for v in values.tolist()]  # v != v: NaN
+        if values.dtype.kind == "f" and np.isnan(values).any():
+            return [None if v != v else v for v in values.tolist()]  # v != v: NaN
+        return values.tolist()
     return list(values)
 
 
