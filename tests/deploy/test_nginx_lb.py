@@ -47,6 +47,7 @@ LUA_SCRIPT = Path(__file__).with_name("predict.lua")
 class Replica:
     proc: Proc
     addr: str  # host:port, as nginx reports it in X-Upstream
+    grpc_addr: str  # host:port of its IABMA_GRPC_PORT
 
 
 @dataclass
@@ -54,6 +55,7 @@ class LoadBalancer:
     url: str
     nginx: Proc
     replicas: list[Replica]
+    grpc: str  # nginx's gRPC listener, host:port
 
 
 def start_replica(
@@ -64,9 +66,11 @@ def start_replica(
     audit_url: str,
     **settings: str,
 ) -> Replica:
-    port = free_port()
+    port, grpc_port = free_port(), free_port()
     cmd = uvicorn_command(exec_form(dockerfile[-1].last("CMD").args), "127.0.0.1", port)
     env = clean_env(
+        IABMA_GRPC_PORT=str(grpc_port),
+        IABMA_GRPC_HOST="127.0.0.1",
         IABMA_STORE=str(store),
         IABMA_MODEL_NAME="demo",
         IABMA_AUDIT_URL=audit_url,
@@ -78,14 +82,17 @@ def start_replica(
     workdir.mkdir(exist_ok=True)
     uvicorn = Path(sys.executable).with_name(cmd[0])
     proc = procs.start(name, [str(uvicorn), *cmd[1:]], env, cwd=workdir)
-    return Replica(proc, f"127.0.0.1:{port}")
+    return Replica(proc, f"127.0.0.1:{port}", f"127.0.0.1:{grpc_port}")
 
 
-def start_nginx(procs: Processes, upstreams: list[str], name: str = "nginx") -> tuple[str, Proc]:
+def start_nginx(
+    procs: Processes, upstreams: list[str], grpc_upstreams: list[str], name: str = "nginx"
+) -> tuple[str, Proc, str]:
+    """nginx's REST URL, its process, and its gRPC listener (host:port)."""
     nginx = require_tool("nginx")
     prefix = procs.workdir / name
     (prefix / "conf.d").mkdir(parents=True)
-    port = free_port()
+    port, grpc_port = free_port(), free_port()
     rendered = render_template(
         NGINX_TEMPLATE.read_text(encoding="utf-8"),
         {
@@ -93,6 +100,9 @@ def start_nginx(procs: Processes, upstreams: list[str], name: str = "nginx") -> 
             "NGINX_UPSTREAM_1": upstreams[0],
             "NGINX_UPSTREAM_2": upstreams[1],
             "NGINX_MAX_BODY_BYTES": str(MAX_BODY),
+            "NGINX_GRPC_LISTEN": f"127.0.0.1:{grpc_port}",
+            "NGINX_GRPC_UPSTREAM_1": grpc_upstreams[0],
+            "NGINX_GRPC_UPSTREAM_2": grpc_upstreams[1],
         },
     )
     assert "${" not in rendered
@@ -106,7 +116,7 @@ def start_nginx(procs: Processes, upstreams: list[str], name: str = "nginx") -> 
     )
     assert check.returncode == 0, check.stderr
     proc = procs.start(name, [nginx, *args, "-g", "daemon off;"], clean_env(), cwd=prefix)
-    return f"http://127.0.0.1:{port}", proc
+    return f"http://127.0.0.1:{port}", proc, f"127.0.0.1:{grpc_port}"
 
 
 def start_load_balancer(
@@ -117,9 +127,11 @@ def start_load_balancer(
     ]
     for r in replicas:
         wait_until_ready(f"http://{r.addr}/readyz", r.proc)
-    url, nginx = start_nginx(procs, [r.addr for r in replicas])
+    url, nginx, grpc = start_nginx(
+        procs, [r.addr for r in replicas], [r.grpc_addr for r in replicas]
+    )
     wait_until_ready(f"{url}/livez", nginx)
-    return LoadBalancer(url, nginx, replicas)
+    return LoadBalancer(url, nginx, replicas, grpc)
 
 
 def upstreams_of(response: httpx.Response) -> list[str]:
@@ -135,7 +147,10 @@ def lb(
 
 def test_template_leaves_nginx_variables_alone() -> None:
     envs, nginx_vars = template_variables(NGINX_TEMPLATE.read_text(encoding="utf-8"))
-    assert envs == {"NGINX_LISTEN", "NGINX_UPSTREAM_1", "NGINX_UPSTREAM_2", "NGINX_MAX_BODY_BYTES"}
+    assert envs == {
+        "NGINX_LISTEN", "NGINX_UPSTREAM_1", "NGINX_UPSTREAM_2", "NGINX_MAX_BODY_BYTES",
+        "NGINX_GRPC_LISTEN", "NGINX_GRPC_UPSTREAM_1", "NGINX_GRPC_UPSTREAM_2",
+    }  # fmt: skip
     # The image substitutes every variable set in its environment; lower-case nginx
     # variables cannot collide with the upper-case names an environment uses.
     assert all(v == v.lower() for v in nginx_vars), nginx_vars
@@ -179,6 +194,34 @@ def test_a_request_id_is_minted_when_the_client_sends_none(lb: LoadBalancer) -> 
     ids = r.headers.get_list("x-request-id")
     assert len(ids) == 1 and re.fullmatch(r"[0-9a-f]{32}", ids[0]), ids
     assert r.json()["request_id"] == ids[0]
+
+
+def test_grpc_through_nginx_reaches_both_replicas(lb: LoadBalancer) -> None:
+    """tritonclient[grpc] with its defaults through nginx's gRPC listener (grpc_pass)."""
+    import numpy as np
+    import tritonclient.grpc as tgrpc
+    from tritonclient.utils import InferenceServerException
+
+    client = tgrpc.InferenceServerClient(lb.grpc)
+    assert client.is_server_ready() and client.is_model_ready("demo")
+    inputs = []
+    for name in ("x1", "x2"):
+        t = tgrpc.InferInput(name, [1, 1], "FP32")
+        t.set_data_from_numpy(np.array([[0.1]], dtype=np.float32))
+        inputs.append(t)
+    ids = set()
+    for i in range(6):
+        r = client.infer("demo", inputs, request_id=f"grpc-lb-{i}")
+        assert r.as_numpy("weights").shape == (1, 5)
+        ids.add(r.get_response().parameters["request_id"].string_param)
+    assert len(ids) == 6
+    with pytest.raises(InferenceServerException, match="missing tensors"):
+        client.infer("demo", inputs[:1])
+    # Round robin: both replicas counted gRPC rows in their metrics.
+    seen = [
+        "oip_grpc" in httpx.get(f"http://{r.addr}/metrics", timeout=10).text for r in lb.replicas
+    ]
+    assert all(seen), seen
 
 
 def test_a_body_over_the_limit_is_refused_by_nginx_as_json(lb: LoadBalancer) -> None:
@@ -276,7 +319,9 @@ def test_a_post_that_reached_a_replica_is_never_sent_again(
 ) -> None:
     real = start_replica(procs, dockerfile, "real", demo_store, postgres_audit_url)
     wait_until_ready(f"http://{real.addr}/readyz", real.proc)
-    url, nginx = start_nginx(procs, [silent_upstream.addr, real.addr])
+    url, nginx, _ = start_nginx(
+        procs, [silent_upstream.addr, real.addr], [silent_upstream.addr, real.grpc_addr]
+    )
     wait_until_ready(f"{url}/readyz", nginx)
 
     statuses: Counter[int] = Counter()
