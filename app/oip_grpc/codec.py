@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import orjson
 
-from app.codecs import oip
+from app.codecs import oip, oip_answer
 from app.codecs.tensors import Raw, bad, texts, to_raw
 from app.oip_grpc.stubs import pb
 from app.plane import InferenceResult
@@ -96,7 +96,7 @@ def response(result: InferenceResult, requested: oip.Requested, request_id: str)
     params = {"request_id": request_id, "task": model.task, "experts": list(model.experts)}
     for key, value in params.items():
         _set(resp.parameters[key], value)
-    for t in oip.output_tensors(result, requested.outputs):
+    for t in oip_answer.output_tensors(result, requested.outputs):
         out = resp.outputs.add(name=t["name"], datatype=t["datatype"], shape=t["shape"])
         for key, value in t.get("parameters", {}).items():
             _set(out.parameters[key], value)

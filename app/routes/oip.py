@@ -16,7 +16,7 @@ from fastapi import APIRouter, Request
 from starlette.responses import Response
 
 from app.body import check_content_type, parse_json, read_body
-from app.codecs import oip, oip_binary
+from app.codecs import oip, oip_answer, oip_binary
 from app.responses import json_response
 from app.routes.deps import ServiceDep, context_of, service_of
 from app.runtime import LoadedModel
@@ -68,7 +68,7 @@ async def infer(name: str, request: Request) -> Response:
     oip_binary.attach(body, binary)
     inference, requested = oip.decode(body, model, service.settings.max_batch_rows)
     content, json_length = await service.infer(
-        model, inference, ctx, lambda result: oip.encode(result, requested, ctx.request_id)
+        model, inference, ctx, lambda result: oip_answer.encode(result, requested, ctx.request_id)
     )
     if json_length == len(content):
         return json_response(content)
