@@ -1,4 +1,4 @@
-"""SIGTERM with IABMA_DRAIN_SECONDS: gRPC reports not ready and keeps answering, then stops."""
+"""The gRPC port's life: its settings, a port it cannot have, and SIGTERM's drain."""
 
 from __future__ import annotations
 
@@ -8,11 +8,40 @@ from pathlib import Path
 
 import grpc
 import numpy as np
+import pytest
 import tritonclient.grpc as tgrpc
+from app_harness import free_socket
 from app_support import Bundles
 from oip_support import serve
 
+from app.settings import SettingsError, load_settings
+
 NOT_SERVING = b"\x08\x02"
+
+
+def test_grpc_settings(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("IABMA_GRPC_PORT", raising=False)
+    assert load_settings().grpc_port is None  # off unless set
+    monkeypatch.setenv("IABMA_GRPC_PORT", "")
+    assert load_settings().grpc_port is None
+    monkeypatch.setenv("IABMA_GRPC_PORT", "8081")
+    assert load_settings().grpc_port == 8081
+    monkeypatch.setenv("IABMA_GRPC_PORT", "0")
+    with pytest.raises(SettingsError, match="IABMA_GRPC_PORT"):
+        load_settings()
+
+
+def test_a_port_in_use_stops_start_up_with_one_line(bundles: Bundles, tmp_path: Path) -> None:
+    taken = free_socket()
+    taken.listen()
+    port = taken.getsockname()[1]
+    try:
+        server = serve(bundles, "demo", tmp_path, IABMA_GRPC_PORT=str(port))
+        refused = pytest.raises(RuntimeError, match="IABMA_GRPC_PORT: cannot listen on")
+        with server.proc, refused:
+            server.proc.wait_ready(timeout=60)
+    finally:
+        taken.close()
 
 
 def test_grpc_joins_the_drain(bundles: Bundles, tmp_path: Path) -> None:
