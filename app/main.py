@@ -11,7 +11,7 @@ from __future__ import annotations
 import gc
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import TYPE_CHECKING
 
 from fastapi import FastAPI
 
@@ -23,6 +23,9 @@ from app.responses import install_error_handlers
 from app.routes import admin, health, metrics, oip, predict, weights
 from app.service import Service
 from app.settings import Settings, load_settings
+
+if TYPE_CHECKING:  # grpc is imported only when IABMA_GRPC_PORT is set
+    from app.oip_grpc.server import GrpcServer
 
 VERSION = "0.1.0"
 GC_THRESHOLDS = (50_000, 50, 100)
@@ -57,7 +60,7 @@ def tune_gc() -> None:
     gc.set_threshold(*GC_THRESHOLDS)
 
 
-async def start_grpc(service: Service) -> Any:
+async def start_grpc(service: Service) -> GrpcServer | None:
     """The Open Inference Protocol over gRPC on ``IABMA_GRPC_PORT``; None when it is unset."""
     if service.settings.grpc_port is None:
         return None
