@@ -16,11 +16,15 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 
-$(VENV)/.train: pyproject.toml | $(BIN)/python
+# setup.py generates the gRPC stubs from the .proto files at install: a change to either
+# reinstalls.
+PROTOS := $(wildcard app/oip_grpc/*.proto)
+
+$(VENV)/.train: pyproject.toml setup.py $(PROTOS) | $(BIN)/python
 	$(BIN)/pip install --quiet -e '.[train]'
 	touch $@
 
-$(VENV)/.dev: pyproject.toml | $(BIN)/python
+$(VENV)/.dev: pyproject.toml setup.py $(PROTOS) | $(BIN)/python
 	$(BIN)/pip install --quiet -e '.[dev]'
 	touch $@ $(VENV)/.train
 
