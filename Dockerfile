@@ -21,7 +21,8 @@ RUN python -m venv /opt/venv
 WORKDIR /src
 # README.md would only feed the package's long description, and copying it would re-run
 # the install below on every docs edit; setuptools builds without it.
-COPY pyproject.toml ./
+# setup.py generates the gRPC stubs of app/oip_grpc/*.proto while the package is built.
+COPY pyproject.toml setup.py ./
 COPY app ./app
 COPY training ./training
 # Non-editable, like a wheel: the code lands in the venv's site-packages.
@@ -52,7 +53,8 @@ COPY --from=builder /opt/venv /opt/venv
 WORKDIR /app
 USER 10001:10001
 VOLUME ["/app/var"]
-EXPOSE 8000
+# 8081: the Open Inference Protocol over gRPC, when IABMA_GRPC_PORT=8081 is set.
+EXPOSE 8000 8081
 
 # slim has no curl; urlopen raises on any non-2xx, so a 503 from /readyz exits 1.
 HEALTHCHECK --interval=10s --timeout=3s --start-period=30s --retries=3 \

@@ -16,11 +16,15 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 
-$(VENV)/.train: pyproject.toml | $(BIN)/python
+# setup.py generates the gRPC stubs from the .proto files at install: a change to either
+# reinstalls.
+PROTOS := $(wildcard app/oip_grpc/*.proto)
+
+$(VENV)/.train: pyproject.toml setup.py $(PROTOS) | $(BIN)/python
 	$(BIN)/pip install --quiet -e '.[train]'
 	touch $@
 
-$(VENV)/.dev: pyproject.toml | $(BIN)/python
+$(VENV)/.dev: pyproject.toml setup.py $(PROTOS) | $(BIN)/python
 	$(BIN)/pip install --quiet -e '.[dev]'
 	touch $@ $(VENV)/.train
 
@@ -33,10 +37,12 @@ serve: $(VENV)/.train $(STORE)/$(NAME)/LATEST
 	$(BIN)/iabma serve --store $(STORE) --name $(NAME) --host $(HOST) --port $(PORT)
 
 # nginx (the compose load balancer, run for real by the tests), docker-compose (offline
-# `docker-compose config`), wrk (bounded load tests on 127.0.0.1).
+# `docker-compose config`), wrk and h2load (bounded load tests on 127.0.0.1; h2load, from
+# nghttp2-client, loads the gRPC port).
 sysdeps:
 	@command -v nginx >/dev/null && command -v docker-compose >/dev/null && command -v wrk >/dev/null \
-	  || { $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq nginx docker-compose wrk >/dev/null; }
+	  && command -v h2load >/dev/null \
+	  || { $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq nginx docker-compose wrk nghttp2-client >/dev/null; }
 
 lint: $(VENV)/.dev
 	$(BIN)/ruff check app training tests bench

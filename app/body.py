@@ -57,12 +57,18 @@ def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def check_content_type(request: Request) -> None:
+def check_content_type(
+    request: Request, missing_ok: bool = False, also: frozenset[str] = frozenset()
+) -> None:
+    """``application/json`` (or ``+json``); ``missing_ok``: no header reads as JSON too, as
+    Open Inference Protocol clients send it; ``also``: further media types accepted."""
     raw = request.headers.get("content-type")
     media = (raw or "").split(";", 1)[0].strip().lower()
     if media == "application/json" or (
         media.startswith("application/") and media.endswith("+json")
     ):
+        return
+    if (raw is None and missing_ok) or media in also:
         return
     got = repr(raw) if raw else "none"
     raise UnsupportedMediaType(f"expected application/json, got {got}", field="header Content-Type")

@@ -151,6 +151,23 @@ STATUS: dict[type[Exception], int] = {
 OIP_BAD_REQUEST = frozenset({400, 415, 422})
 
 
+# gRPC has no HTTP status: each status maps to the grpc.StatusCode of that name. A request
+# the protocol calls bad (any 400, 413, 415 or 422) is INVALID_ARGUMENT.
+GRPC_CODES: dict[int, str] = {
+    400: "INVALID_ARGUMENT",
+    401: "UNAUTHENTICATED",
+    404: "NOT_FOUND",
+    413: "INVALID_ARGUMENT",
+    415: "INVALID_ARGUMENT",
+    422: "INVALID_ARGUMENT",
+    503: "UNAVAILABLE",
+}
+
+
+def grpc_code(exc: BaseException) -> str:
+    return GRPC_CODES.get(status_of(exc), "INTERNAL")
+
+
 def status_of(exc: BaseException) -> int:
     for cls in type(exc).__mro__:
         if cls in STATUS:

@@ -116,9 +116,9 @@ class FeatureTable:
                 return fast
         return self._columns_exact(rows, field_of)
 
-    def columns_fast(self, data: Mapping[str, list[Any]]) -> Columns | None:
-        """Column at a time, for columns of plain values (every feature, equal lengths);
-        None sends the batch to the exact path.
+    def columns_fast(self, data: Mapping[str, Any]) -> Columns | None:
+        """Column at a time, for columns of plain values or numeric arrays (every feature,
+        equal lengths); None sends the batch to the exact path.
 
         Anything unusual (text in a numeric column, a value to normalise, an unknown
         category, a non-finite or out-of-range number) falls back, so the exact path alone
@@ -129,7 +129,10 @@ class FeatureTable:
         try:
             for name in self.numeric_names:
                 col = data[name]
-                if not set(map(type, col)) <= _PLAIN_NUMBERS:
+                if isinstance(col, np.ndarray):  # a raw tensor: NaN is a missing value
+                    if col.dtype.kind not in "fiu":
+                        return None
+                elif not set(map(type, col)) <= _PLAIN_NUMBERS:
                     return None
                 numbers.append(col)
             for name in self.categorical_names:

@@ -12,12 +12,14 @@ import gc
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING
 
 from fastapi import FastAPI
 from starlette.middleware.cors import CORSMiddleware
 
 from app.access import AccessGuard, KeyRing, Role
 from app.drain import install_drain_hook
+from app.errors import StartupRefused
 from app.logs import setup_logging
 from app.observe import RequestObserver
 from app.responses import install_error_handlers
@@ -27,6 +29,9 @@ from app.settings import Settings, load_settings
 from app.tracing import from_environment as tracing_from_environment
 
 log = logging.getLogger("iabma.app")
+if TYPE_CHECKING:  # grpc is imported only when IABMA_GRPC_PORT is set
+    from app.oip_grpc.server import GrpcServer
+
 VERSION = "0.1.0"
 GC_THRESHOLDS = (50_000, 50, 100)
 DESCRIPTION = """
@@ -60,6 +65,19 @@ def tune_gc() -> None:
     gc.set_threshold(*GC_THRESHOLDS)
 
 
+async def start_grpc(service: Service) -> GrpcServer | None:
+    """The Open Inference Protocol over gRPC on ``IABMA_GRPC_PORT``; None when it is unset."""
+    if service.settings.grpc_port is None:
+        return None
+    try:
+        from app.oip_grpc.server import GrpcServer
+    except ImportError as exc:
+        raise StartupRefused(f"IABMA_GRPC_PORT is set, but {exc}") from None
+    server = GrpcServer(service, VERSION)
+    await server.start()
+    return server
+
+
 def create_app(settings: Settings | None = None) -> FastAPI:
     """Build the app; ``settings`` default to the ``IABMA_*`` environment."""
     settings = settings if settings is not None else load_settings()
@@ -69,12 +87,19 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
         await service.start()
+        try:
+            grpc_server = await start_grpc(service)
+        except BaseException:
+            await service.stop()
+            raise
         uninstall = install_drain_hook(service.runtime, settings.drain_seconds)
         tune_gc()
         try:
             yield
         finally:
             uninstall()
+            if grpc_server is not None:
+                await grpc_server.stop()
             await service.stop()
             service.tracing.shutdown()
 

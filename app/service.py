@@ -14,7 +14,7 @@ import logging
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 from sqlalchemy.exc import SQLAlchemyError
@@ -45,6 +45,7 @@ from app.settings import Settings
 from app.tracing import Tracing
 
 log = logging.getLogger("iabma.service")
+Encoded = TypeVar("Encoded")  # a codec's answer: bytes for REST, a message for gRPC
 # Up to this many rows onnxruntime and the mixture take well under a millisecond, which is
 # cheaper inline on the event loop than a hop to a worker thread (TOOLCHAIN.md).
 INLINE_ROWS = 64
@@ -160,8 +161,8 @@ class Service:
         model: LoadedModel,
         request: InferenceRequest,
         ctx: RequestContext,
-        encode: Callable[[InferenceResult], bytes],
-    ) -> bytes:
+        encode: Callable[[InferenceResult], Encoded],
+    ) -> Encoded:
         """Run the graph, encode the answer, make its audit record durable; in that order.
 
         The answer is encoded before the commit so that nothing can fail after it: every

@@ -98,6 +98,20 @@ class Settings(BaseSettings):
         "", description="comma-separated origins allowed by CORS; empty turns CORS off"
     )
 
+    # -- Open Inference Protocol over gRPC (app/oip_grpc) --
+    grpc_port: int | None = Field(
+        None, ge=1, le=65535, description="serve the OIP over gRPC on this port; unset: off"
+    )
+    grpc_host: str = Field("0.0.0.0", min_length=1, description="address the gRPC port binds")
+    grpc_grace_seconds: float = Field(
+        5.0, ge=0, le=300, description="at shutdown, how long gRPC calls in flight may finish"
+    )
+
+    @field_validator("grpc_port", mode="before")
+    @classmethod
+    def _blank_port_is_off(cls, v: Any) -> Any:
+        return None if isinstance(v, str) and not v.strip() else v
+
     @field_validator("log_level", mode="before")
     @classmethod
     def _upper(cls, v: Any) -> Any:

@@ -9,6 +9,10 @@ cores. The run matrix is in ``bench/speed/plan.py``; results go to
     .venv/bin/python bench/serve_speed.py                # default matrix, ~15 min
     .venv/bin/python bench/serve_speed.py --quick        # every code path, ~1 min
     .venv/bin/python bench/serve_speed.py --full --bundles california
+    .venv/bin/python bench/serve_speed.py --oip --bundles demo   # the OIP targets, ~2 min
+
+gRPC is loaded by h2load (``bench/loadgen/h2load.py``), binary OIP bodies by wrk with
+``frames.lua``.
 
 Bundles missing from ``--store`` are trained first (demo ~10 s, california ~60 s).
 """
@@ -16,6 +20,7 @@ Bundles missing from ``--store`` are trained first (demo ~10 s, california ~60 s
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import platform
@@ -23,7 +28,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -33,7 +38,8 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from bench.loadgen.cpu import CpuWatch, wait_quiet  # noqa: E402
-from bench.loadgen.wrk import WrkError, run_wrk, wrk_binary  # noqa: E402
+from bench.loadgen.h2load import h2load_binary, run_h2load  # noqa: E402
+from bench.loadgen.wrk import FRAMES_LUA, WrkError, WrkResult, run_wrk, wrk_binary  # noqa: E402
 from bench.peers import procs  # noqa: E402
 from bench.peers.mlserver import MlserverUnavailable  # noqa: E402
 from bench.peers.postgres import PostgresUnavailable  # noqa: E402
@@ -41,25 +47,27 @@ from bench.speed.bundles import BundleCtx, prepare_bundle  # noqa: E402
 from bench.speed.floor import in_process_floor  # noqa: E402
 from bench.speed.plan import Group, Run, build_plan, estimate_seconds  # noqa: E402
 from bench.speed.report import compute_ratios, markdown  # noqa: E402
-from bench.speed.servers import Launched, launch, preflight, rss  # noqa: E402
+from bench.speed.servers import Launched, grpc_calls_ok, launch, preflight, rss  # noqa: E402
 
 QUIET_PCT = 10.0  # share of the machine other processes may use when a run starts
 
 
 def measure(srv: Launched, run: Run, b: BundleCtx, args: argparse.Namespace) -> dict:
-    path = srv.paths[run.route]
-    body_file = b.bodies[srv.formats[run.route], run.rows]
-    preflight(srv.port, path, body_file)
-    url = f"http://127.0.0.1:{srv.port}{path}"
+    path, fmt = srv.paths[run.route], srv.formats[run.route]
+    body_file = b.bodies[fmt, run.rows]
+    port = srv.grpc_port if fmt == "grpc" and srv.grpc_port else srv.port
+    preflight(port, path, body_file, fmt)
+    url = f"http://127.0.0.1:{port}{path}"
+    load = load_for(srv, fmt, run.rows)
     server_pids = [srv.pid, *procs.descendants(srv.pid)]
     # Other work on this 2-core machine (test suites, training) takes throughput from the
     # server: wait for a quiet moment, within limits, and record what was seen.
     quiet = wait_quiet(server_pids, QUIET_PCT, args.quiet_wait)
     if args.warmup > 0:
-        run_wrk(url, body_file, run.connections, args.warmup)
+        load(url, body_file, run.connections, args.warmup)
     watch = CpuWatch(server_pids)
     watch.start()
-    res = run_wrk(url, body_file, run.connections, args.duration)
+    res = load(url, body_file, run.connections, args.duration)
     cpu = watch.stop()
     s = run.server
     return {
@@ -74,6 +82,19 @@ def measure(srv: Launched, run: Run, b: BundleCtx, args: argparse.Namespace) -> 
         "rows_per_s": round(res.req_per_s * run.rows, 1),
         "cpu": {**cpu, **quiet},
     }
+
+
+def load_for(srv: Launched, fmt: str, rows: int) -> Callable[..., WrkResult]:
+    """wrk for HTTP/1.1 (JSON lines, or binary frames); h2load for gRPC."""
+    if fmt == "binary":
+        return functools.partial(run_wrk, script=FRAMES_LUA)
+    if fmt != "grpc":
+        return run_wrk
+
+    def grpc_load(url: str, body: Path, connections: int, seconds: float) -> WrkResult:
+        return run_h2load(url, body, connections, seconds, lambda: grpc_calls_ok(srv.port) // rows)
+
+    return grpc_load
 
 
 def progress(i: int, total: int, t0: float, run: Run, r: dict[str, Any] | str) -> None:
@@ -182,6 +203,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--quick", action="store_true", help="every code path, ~1 min")
     mode.add_argument("--full", action="store_true", help="the wide matrix, ~1 h")
+    mode.add_argument(
+        "--oip", action="store_true", help="only the Open Inference Protocol targets (gRPC, binary)"
+    )
     p.add_argument("--out", type=Path, default=REPO / "bench" / "results")
     p.add_argument(
         "--quiet-wait",
@@ -192,7 +216,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     p.add_argument("--skip-mlserver", action="store_true")
     args = p.parse_args(argv)
-    args.mode = "quick" if args.quick else "full" if args.full else "default"
+    args.mode = "quick" if args.quick else "full" if args.full else "oip" if args.oip else "default"
     bundles = args.bundles or ("demo" if args.quick else "demo,california")
     args.bundle_list = [b.strip() for b in bundles.split(",") if b.strip()]
     if args.duration is None:
@@ -212,6 +236,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     procs.install_cleanup()
     wrk_binary()  # no wrk, no benchmark: fail now rather than after the floors
     plan = build_plan(args.bundle_list, args.mode)
+    if any(r.route == "grpc" for g in plan for r in g.runs):
+        h2load_binary()
     skipped_ml = [g for g in plan if g.server.kind == "mlserver"] if args.skip_mlserver else []
     plan = [g for g in plan if g not in skipped_ml]
     est = estimate_seconds(plan, args.duration, args.warmup, args.mode)

@@ -1,4 +1,5 @@
-"""Open Inference Protocol (KServe v2) tensors to columns, and an outcome to tensors.
+"""Open Inference Protocol (KServe v2) tensors to columns, model metadata, and which outputs
+a request asks for; :mod:`app.codecs.oip_answer` turns an outcome into output tensors.
 
 Inputs are one tensor per feature, shape ``[n]`` or ``[n, 1]``: a numeric datatype (FP32,
 FP64, INT*, UINT*) for numeric features and ``BYTES`` for categorical ones; ``null`` in
@@ -6,20 +7,26 @@ FP64, INT*, UINT*) for numeric features and ``BYTES`` for categorical ones; ``nu
 ``probabilities`` ``[n, C]`` or ``std`` ``[n]`` and ``interval`` ``[n, 2]``, ``weights``
 ``[n, m]`` and ``uncertainty`` ``[n, 4]``; their ``parameters`` name the classes, experts
 and uncertainty components.
+
+Tensor data may also come as raw bytes (:class:`app.codecs.tensors.Raw`): the binary tensor
+data extension on REST (:mod:`app.codecs.oip_binary`) and ``raw_input_contents`` on gRPC put
+it there, and it is validated exactly as JSON data is. A missing value in a raw floating
+point tensor is NaN.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
-import orjson
+import numpy as np
 
-from app.bundle.mixture import INTERVAL
-from app.errors import Fault, InvalidInput, TooManyRows
+from app.codecs.tensors import Raw, byte_elements, numeric_array, texts
+from app.errors import Fault, InvalidInput, NotFound, TooManyRows
 from app.inputs import json_type
-from app.plane import UNCERTAINTY, InferenceRequest, InferenceResult
-from app.runtime import LoadedModel
+from app.plane import UNCERTAINTY, InferenceRequest
+from app.runtime import LoadedModel, ModelRuntime
 
 NUMERIC_TYPES = frozenset(
     {
@@ -36,8 +43,24 @@ NUMERIC_TYPES = frozenset(
         "UINT64",
     }
 )
+EXTENSIONS = ("binary_tensor_data",)  # the server metadata's, on REST and gRPC
 CLASSIFICATION_OUTPUTS = ("prediction", "probabilities", "weights", "uncertainty")
 REGRESSION_OUTPUTS = ("prediction", "std", "interval", "weights", "uncertainty")
+
+
+def served(runtime: ModelRuntime, name: str, version: str = "") -> LoadedModel:
+    """The model a request names; another name, or a version not served, is a 404."""
+    model = runtime.require()
+    if name != model.name:
+        raise NotFound(
+            f"model {name!r} is not served here; this server serves {model.name!r}", "name"
+        )
+    if version and version != model.version:
+        raise NotFound(
+            f"version {version!r} of {name!r} is not served; this server serves {model.version!r}",
+            "version",
+        )
+    return model
 
 
 def _bad(field: str, message: str, code: str = "invalid_tensor") -> InvalidInput:
@@ -59,7 +82,7 @@ def metadata(model: LoadedModel) -> dict[str, Any]:
     outputs = [
         {
             "name": o,
-            "datatype": _prediction_type(model) if o == "prediction" else "FP64",
+            "datatype": prediction_type(model) if o == "prediction" else "FP64",
             "shape": [-1, n_out[o]] if o in n_out else [-1],
         }
         for o in output_names(model)
@@ -74,10 +97,22 @@ def metadata(model: LoadedModel) -> dict[str, Any]:
     }
 
 
-def _prediction_type(model: LoadedModel) -> str:
+def prediction_type(model: LoadedModel) -> str:
     if model.task == "regression":
         return "FP64"
     return "INT64" if all(isinstance(c, int) for c in model.classes) else "BYTES"
+
+
+def _values(data: Any, datatype: str, n: int, field: str, name: str) -> Any:
+    if isinstance(data, Raw):
+        if datatype == "BYTES":
+            return texts(byte_elements(data, n, field, name), field, name)
+        return numeric_array(data, datatype, n, field, name)
+    if isinstance(data, np.ndarray):  # gRPC's typed contents
+        if data.size != n:
+            raise _bad(field, f"holds {data.size} values but the shape says {n}")
+        return data
+    return _flat(data, field, n)
 
 
 def _flat(data: Any, field: str, n: int) -> list[Any]:
@@ -101,7 +136,9 @@ def _rows(shape: Any, field: str) -> int:
     return int(shape[0])
 
 
-def decode(body: Any, model: LoadedModel, max_rows: int) -> tuple[InferenceRequest, Requested]:
+def decode(
+    body: Any, model: LoadedModel, max_rows: int, route: str = "oip_infer"
+) -> tuple[InferenceRequest, Requested]:
     """An inference request object to an inference request, and what to answer with."""
     if not isinstance(body, dict):
         raise _bad("body", f"expected an inference request object, got {json_type(body)}")
@@ -138,7 +175,7 @@ def decode(body: Any, model: LoadedModel, max_rows: int) -> tuple[InferenceReque
         if n_rows is not None and n != n_rows:
             raise _bad(f"{where}.shape", f"has {n} rows but the first tensor has {n_rows}")
         n_rows = n
-        data[name] = _flat(t.get("data"), f"{where}.data", n)
+        data[name] = _values(t.get("data"), dtype, n, f"{where}.data", name)
     missing = [name for name in table.names if name not in data]
     if missing:
         raise _bad(
@@ -154,95 +191,62 @@ def decode(body: Any, model: LoadedModel, max_rows: int) -> tuple[InferenceReque
     columns = table.columns_fast(data)
     if columns is None:
         columns = table.columns(rows_of(data), lambda i, name: f"inputs[{name}].data[{i}]")
-    request = InferenceRequest(
-        columns, n_rows, lambda: rows_of(data), "oip_infer", lambda i: f"row {i}"
-    )
-    return request, Requested(_requested(body.get("outputs"), model), given_id)
+    request = InferenceRequest(columns, n_rows, lambda: rows_of(data), route, lambda i: f"row {i}")
+    return request, _requested(body, model, given_id)
 
 
-def rows_of(data: dict[str, list[Any]]) -> list[dict[str, Any]]:
-    """Tensors as rows by feature name: the audit trail's view of an input."""
-    return [dict(zip(data, values, strict=True)) for values in zip(*data.values(), strict=True)]
+def rows_of(data: dict[str, Any]) -> list[dict[str, Any]]:
+    """Tensors as rows by feature name: the audit trail's view of an input (NaN as null)."""
+    cols = [_plain(v) for v in data.values()]
+    # decode() checked that every column has n values; map() beats a comprehension here.
+    return list(map(dict, map(partial(zip, tuple(data)), zip(*cols, strict=True))))
+
+
+def _plain(values: Any) -> list[Any]:
+    if isinstance(values, np.ndarray):
+        if values.dtype.kind == "f" and np.isnan(values).any():
+            return [None if v != v else v for v in values.tolist()]  # v != v: NaN
+        return values.tolist()
+    return list(values)
 
 
 @dataclass(frozen=True)
 class Requested:
     outputs: list[str] | None  # None: every output
     id: str | None  # the client's request id, echoed as the response's id
+    binary: frozenset[str] = frozenset()  # outputs to answer as raw bytes (REST extension)
 
 
-def _requested(outputs: Any, model: LoadedModel) -> list[str] | None:
-    if outputs is None:
+def _flag(params: Any, key: str, field: str) -> bool | None:
+    if params is None:
         return None
+    if not isinstance(params, dict):
+        raise _bad(field, f"expected an object, got {json_type(params)}")
+    value = params.get(key)
+    if value is not None and not isinstance(value, bool):
+        raise _bad(f"{field}.{key}", f"expected true or false, got {json_type(value)}")
+    return value
+
+
+def _requested(body: dict[str, Any], model: LoadedModel, given_id: str | None) -> Requested:
+    all_binary = bool(_flag(body.get("parameters"), "binary_data_output", "parameters"))
+    outputs = body.get("outputs")
+    if outputs is None:
+        binary = frozenset(output_names(model)) if all_binary else frozenset()
+        return Requested(None, given_id, binary)
     known = output_names(model)
     if not isinstance(outputs, list):
         raise _bad("outputs", f"expected an array, got {json_type(outputs)}")
-    names = []
+    names, binary = [], set()
     for k, o in enumerate(outputs):
         name = o.get("name") if isinstance(o, dict) else None
         if name not in known:
             raise _bad(
                 f"outputs[{k}].name", f"unknown output {name!r}; available: {', '.join(known)}"
             )
+        assert isinstance(o, dict)
+        wants = _flag(o.get("parameters"), "binary_data", f"outputs[{k}].parameters")
+        if wants or (wants is None and all_binary):
+            binary.add(name)
         names.append(name)
-    return names
-
-
-def _tensor(name: str, datatype: str, arr: Any, shape: list[int], **params: Any) -> dict[str, Any]:
-    out: dict[str, Any] = {"name": name, "datatype": datatype, "shape": shape, "data": arr}
-    if params:
-        out["parameters"] = params
-    return out
-
-
-def output_tensors(result: InferenceResult, requested: list[str] | None) -> list[dict[str, Any]]:
-    """The answer as named tensors; numpy arrays stay arrays for orjson to write."""
-    model, p = result.model, result.prediction
-    n, m = p.n, len(model.experts)
-    wanted = requested or list(output_names(model))
-    tensors: dict[str, dict[str, Any]] = {}
-    if "prediction" in wanted:
-        if p.proba is not None:
-            labels = model.label_values(p.label_index)
-            tensors["prediction"] = _tensor("prediction", _prediction_type(model), labels, [n])
-        else:
-            tensors["prediction"] = _tensor("prediction", "FP64", p.mean, [n])
-    if "probabilities" in wanted and p.proba is not None:
-        tensors["probabilities"] = _tensor(
-            "probabilities", "FP64", p.proba.ravel(), [n, len(model.classes)],
-            classes=list(model.class_keys),
-        )  # fmt: skip
-    if "std" in wanted and p.std is not None:
-        tensors["std"] = _tensor("std", "FP64", p.std, [n])
-    if "interval" in wanted and p.interval is not None:
-        tensors["interval"] = _tensor(
-            "interval", "FP64", p.interval.ravel(), [n, 2], level=INTERVAL
-        )
-    if "weights" in wanted:
-        tensors["weights"] = _tensor(
-            "weights", "FP64", p.weights.ravel(), [n, m], experts=list(model.experts)
-        )
-    if "uncertainty" in wanted:
-        tensors["uncertainty"] = _tensor(
-            "uncertainty", "FP64", p.uncertainty.ravel(), [n, len(UNCERTAINTY)],
-            components=list(UNCERTAINTY),
-        )  # fmt: skip
-    return [tensors[name] for name in wanted]
-
-
-def encode(result: InferenceResult, requested: Requested, request_id: str) -> bytes:
-    model = result.model
-    return orjson.dumps(
-        {
-            "model_name": model.name,
-            "model_version": model.version,
-            "id": requested.id if requested.id is not None else request_id,
-            "parameters": {
-                "request_id": request_id,
-                "task": model.task,
-                "experts": list(model.experts),
-            },
-            "outputs": output_tensors(result, requested.outputs),
-        },
-        option=orjson.OPT_SERIALIZE_NUMPY,
-    )
+    return Requested(names, given_id, frozenset(binary))

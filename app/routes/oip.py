@@ -1,5 +1,10 @@
 """Open Inference Protocol v2 (KServe/Seldon): health, model metadata, readiness, infer.
 
+Infer reads a body without ``Content-Type`` as JSON, as tritonclient and KServe clients send
+it, and speaks the binary tensor data extension (:mod:`app.codecs.oip_binary`): binary
+inputs after the JSON header, and binary outputs when asked for with ``binary_data`` or
+``binary_data_output``.
+
 Errors are ``{"error": "..."}``: 400 for any malformed request, 404 for another model's
 name, 413 over the size limits, 503 while not ready. ``/v2/health/ready`` and the model's
 ``ready`` answer 503 while loading or draining, as ``/readyz`` does.
@@ -10,9 +15,8 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
-from app.body import json_body
-from app.codecs import oip
-from app.errors import NotFound
+from app.body import check_content_type, parse_json, read_body
+from app.codecs import oip, oip_answer, oip_binary
 from app.responses import json_response
 from app.routes.deps import ServiceDep, context_of, service_of
 from app.runtime import LoadedModel
@@ -20,19 +24,17 @@ from app.schemas import OipError
 from app.service import Service
 
 OIP_ERRORS = {code: {"model": OipError} for code in (400, 404, 413, 503)}
+OCTET_STREAM = frozenset({"application/octet-stream"})
 
 
 def served(service: Service, name: str) -> LoadedModel:
-    model = service.runtime.require()
-    if name != model.name:
-        raise NotFound(
-            f"model {name!r} is not served here; this server serves {model.name!r}", "name"
-        )
-    return model
+    return oip.served(service.runtime, name)
 
 
 async def server_metadata(request: Request) -> Response:
-    return json_response({"name": "iabma", "version": request.app.version, "extensions": []})
+    return json_response(
+        {"name": "iabma", "version": request.app.version, "extensions": list(oip.EXTENSIONS)}
+    )
 
 
 async def live() -> Response:
@@ -58,12 +60,23 @@ async def infer(name: str, request: Request) -> Response:
     # Not dependencies: see app/routes/deps.py for what they cost on this route.
     service, ctx = service_of(request), context_of(request)
     model = served(service, name)
-    body = await json_body(request, service.settings.max_body_bytes)
+    declared = request.headers.get(oip_binary.HEADER)
+    check_content_type(request, True, OCTET_STREAM if declared is not None else frozenset())
+    raw = await read_body(request, service.settings.max_body_bytes)
+    header, binary = oip_binary.split(raw, declared)
+    body = parse_json(header)
+    oip_binary.attach(body, binary)
     inference, requested = oip.decode(body, model, service.settings.max_batch_rows)
-    content = await service.infer(
-        model, inference, ctx, lambda result: oip.encode(result, requested, ctx.request_id)
+    content, json_length = await service.infer(
+        model, inference, ctx, lambda result: oip_answer.encode(result, requested, ctx.request_id)
     )
-    return json_response(content)
+    if json_length == len(content):
+        return json_response(content)
+    return Response(
+        content,
+        media_type="application/octet-stream",
+        headers={"Inference-Header-Content-Length": str(json_length)},
+    )
 
 
 def router() -> APIRouter:

@@ -3,13 +3,16 @@
 Every server gets the same rows in its own wire format: our native ``{"instances": ...}``
 (also the bare peer's), one OIP v2 tensor per feature (our ``/v2/.../infer``), or one
 ``[n, d]`` FP32 tensor (MLServer's scikit-learn runtime). Bodies are written one per line
-for ``rotate.lua``.
+for ``rotate.lua``; binary OIP bodies (the binary tensor data extension) as framed records
+for ``frames.lua``, and a gRPC ``ModelInferRequest`` as one length-prefixed message for
+h2load.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -115,3 +118,42 @@ def write_lines(path: Path, bodies: Sequence[str]) -> Path:
 
 def numeric_matrix(frame: pd.DataFrame, features: Sequence[Feature]) -> np.ndarray:
     return frame[[f.name for f in features]].to_numpy(dtype=np.float32)
+
+
+def _raw(rows: Sequence[dict[str, Any]], f: Feature) -> tuple[str, bytes]:
+    """One feature's column as raw tensor data: FP32 (NaN for null), or BYTES."""
+    values = [r[f.name] for r in rows]
+    if f.numeric:
+        col = np.array([np.nan if v is None else v for v in values], dtype="<f4")
+        return "FP32", col.tobytes()
+    parts = [s.encode() for s in ("" if v is None else str(v) for v in values)]
+    return "BYTES", b"".join(struct.pack("<I", len(p)) + p for p in parts)
+
+
+def binary_oip_body(rows: Sequence[dict[str, Any]], features: Sequence[Feature]) -> bytes:
+    """The binary tensor data extension as tritonclient sends it by default: binary inputs,
+    binary outputs; framed as ``"<header length> <body length>\n"`` + body for frames.lua."""
+    inputs, data = [], []
+    for f in features:
+        dtype, raw = _raw(rows, f)
+        inputs.append(
+            {"name": f.name, "datatype": dtype, "shape": [len(rows), 1],
+             "parameters": {"binary_data_size": len(raw)}}
+        )  # fmt: skip
+        data.append(raw)
+    body = {"inputs": inputs, "parameters": {"binary_data_output": True}}
+    header = json.dumps(body, separators=(",", ":")).encode()
+    whole = header + b"".join(data)
+    return f"{len(header)} {len(whole)}\n".encode() + whole
+
+
+def grpc_message(rows: Sequence[dict[str, Any]], features: Sequence[Feature], model: str) -> bytes:
+    """A ``ModelInferRequest`` with raw_input_contents, built with tritonclient's messages."""
+    from tritonclient.grpc import service_pb2
+
+    msg = service_pb2.ModelInferRequest(model_name=model)
+    for f in features:
+        dtype, raw = _raw(rows, f)
+        msg.inputs.add(name=f.name, datatype=dtype, shape=[len(rows), 1])
+        msg.raw_input_contents.append(raw)
+    return msg.SerializeToString()

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 LUA = Path(__file__).with_name("rotate.lua")
+FRAMES_LUA = Path(__file__).with_name("frames.lua")
 MARKER = "WRK_JSON "
 # wrk's default is 2 s: a 1000-row request queued behind 7 others can take longer than that
 # on a slow server, and a timeout would hide its latency instead of measuring it.
@@ -71,8 +72,11 @@ def threads_for(connections: int) -> int:
     return 1 if connections < 2 else 2
 
 
-def run_wrk(url: str, bodies: Path, connections: int, seconds: float) -> WrkResult:
-    """Load ``url`` for ``seconds`` with ``connections`` keep-alive connections."""
+def run_wrk(
+    url: str, bodies: Path, connections: int, seconds: float, script: Path = LUA
+) -> WrkResult:
+    """Load ``url`` for ``seconds`` with ``connections`` keep-alive connections; ``script``
+    is rotate.lua (JSON bodies, one per line) or frames.lua (binary bodies)."""
     threads = threads_for(connections)
     cmd = [
         wrk_binary(),
@@ -81,7 +85,7 @@ def run_wrk(url: str, bodies: Path, connections: int, seconds: float) -> WrkResu
         f"-d{max(1, round(seconds))}s",
         f"--timeout={TIMEOUT_S}s",
         "-s",
-        str(LUA),
+        str(script),
         url,
         "--",
         str(bodies),

@@ -22,6 +22,7 @@ class OursSettings:
     workers: int  # uvicorn --workers
     audit: str  # "sqlite", "postgres" or "off"
     audit_url: str  # a SQLite file URL or a PostgreSQL URL; unused when audit is "off"
+    grpc_port: int | None = None  # IABMA_GRPC_PORT, on 127.0.0.1
 
 
 def ours_command(s: OursSettings, port: int) -> tuple[list[str], dict[str, str]]:
@@ -54,4 +55,6 @@ def ours_command(s: OursSettings, port: int) -> tuple[list[str], dict[str, str]]
         IABMA_AUDIT_HASH_KEY=BENCH_HASH_KEY,
         IABMA_AUDIT_ENABLED="false" if s.audit == "off" else "true",
     )
+    if s.grpc_port is not None:
+        env.update(IABMA_GRPC_PORT=str(s.grpc_port), IABMA_GRPC_HOST="127.0.0.1")
     return argv, env

@@ -13,6 +13,7 @@ import numpy as np
 
 from bench.loadgen import bodies as B
 from bench.loadgen.bodies import Feature
+from bench.loadgen.h2load import grpc_frame
 from bench.speed.plan import BIG
 
 REPO = Path(__file__).resolve().parents[2]
@@ -76,6 +77,12 @@ def prepare_bundle(store: Path, name: str, workdir: Path) -> tuple[BundleCtx, li
         ctx.bodies["oip", size] = B.write_lines(
             d / f"oip-{size}.txt", [B.oip_body(x, feats) for x in batches]
         )
+        frames = b"".join(B.binary_oip_body(x, feats) for x in batches)
+        ctx.bodies["binary", size] = d / f"binary-{size}.bin"
+        ctx.bodies["binary", size].write_bytes(frames)
+        # h2load sends one body over and over: the first batch.
+        ctx.bodies["grpc", size] = d / f"grpc-{size}.bin"
+        ctx.bodies["grpc", size].write_bytes(grpc_frame(B.grpc_message(batches[0], feats, name)))
         if numeric:
             ctx.bodies["matrix", size] = B.write_lines(
                 d / f"matrix-{size}.txt", [B.matrix_body(x, feats, output) for x in batches]

@@ -11,6 +11,10 @@ behind them need, and ``--full`` widens it. Per bundle, the default is:
 - ours 2 workers, trail off: c32 single-row (worker scaling without the trail);
 - bare peer: single-row c1 and c32, 1000-row c1 and c8; 2 workers at c32 single-row;
 - MLServer: OIP single-row c32, 1000-row c8.
+
+The Open Inference Protocol's own targets run on ours 1 worker with the SQLite trail:
+gRPC single-row ``ModelInfer`` at c32 (against ``/predict`` c32) and 1000-row OIP infer with
+binary tensors at c8 (against JSON OIP infer c8); ``--oip`` runs only those four loads.
 """
 
 from __future__ import annotations
@@ -38,7 +42,9 @@ class ServerSpec:
 @dataclass(frozen=True)
 class Run:
     server: ServerSpec
-    route: str  # "predict" (native body), "columnar" (the same, columnar answer) or "oip"
+    # "predict" (native body), "columnar" (the same, columnar answer), "oip" (JSON OIP),
+    # "oip_binary" (the binary tensor data extension) or "grpc" (OIP ModelInfer over gRPC)
+    route: str
     rows: int
     connections: int
 
@@ -70,6 +76,8 @@ def _bundle_default(b: str) -> list[Group]:
                 ("predict", BIG, [1, 8]),
                 ("columnar", BIG, [1]),
                 ("oip", BIG, [8]),
+                ("grpc", 1, [32]),
+                ("oip_binary", BIG, [8]),
             ],
         ),
         _group(
@@ -90,7 +98,7 @@ def _bundle_full(b: str) -> list[Group]:
     for workers in (1, 2):
         for audit in ("sqlite", "postgres", "off"):
             loads = [("predict", 1, SWEEP), ("oip", 1, [32]), ("predict", BIG, [1, 4, 8])]
-            loads.append(("oip", BIG, [8]))
+            loads += [("oip", BIG, [8]), ("grpc", 1, [32]), ("oip_binary", BIG, [8])]
             groups.append(_group(ServerSpec("ours", b, workers, audit), loads))
         bare = [("predict", 1, SWEEP), ("predict", BIG, [1, 8])]
         groups.append(_group(ServerSpec("bare", b, workers), bare))
@@ -103,7 +111,14 @@ def _bundle_quick(b: str) -> list[Group]:
     return [
         _group(
             ServerSpec("ours", b, 1, "sqlite"),
-            [("predict", 1, [8]), ("oip", 1, [8]), ("predict", BIG, [1]), ("columnar", BIG, [1])],
+            [
+                ("predict", 1, [8]),
+                ("oip", 1, [8]),
+                ("predict", BIG, [1]),
+                ("columnar", BIG, [1]),
+                ("grpc", 1, [8]),
+                ("oip_binary", BIG, [1]),
+            ],
         ),
         _group(ServerSpec("ours", b, 1, "off"), [("predict", 1, [8])]),
         _group(ServerSpec("ours", b, 2, "postgres"), [("predict", 1, [8])]),
@@ -112,15 +127,26 @@ def _bundle_quick(b: str) -> list[Group]:
     ]
 
 
+def _bundle_oip(b: str) -> list[Group]:
+    """The two OIP targets, each against its baseline in the same server."""
+    loads = [("predict", 1, [32]), ("grpc", 1, [32]), ("oip", BIG, [8]), ("oip_binary", BIG, [8])]
+    return [_group(ServerSpec("ours", b, 1, "sqlite"), loads)]
+
+
 def build_plan(bundles: Sequence[str], mode: str) -> list[Group]:
-    per_bundle = {"quick": _bundle_quick, "default": _bundle_default, "full": _bundle_full}[mode]
+    per_bundle = {
+        "quick": _bundle_quick,
+        "default": _bundle_default,
+        "full": _bundle_full,
+        "oip": _bundle_oip,
+    }[mode]
     return [g for b in bundles for g in per_bundle(b)]
 
 
 # Rough costs for the up-front estimate, measured on this 2-core machine.
 START_S = {"ours": 4.0, "bare": 3.0, "mlserver": 12.0}
 RUN_OVERHEAD_S = 1.0  # pre-flight request, wrk start-up, parsing
-FLOOR_S = {"quick": 3.0, "default": 15.0, "full": 15.0}
+FLOOR_S = {"quick": 3.0, "default": 15.0, "full": 15.0, "oip": 15.0}
 
 
 def estimate_seconds(plan: Sequence[Group], duration: float, warmup: float, mode: str) -> float:

@@ -41,6 +41,18 @@ RATIOS: dict[str, tuple[Key, Key, str]] = {
         ("mlserver", 1, "-", "oip", 1, 32),
         "req/s, single-row OIP infer c32: ours (5 experts + gate, SQLite trail) vs MLServer",
     ),
+    "grpc_over_predict_c32": (
+        ("ours", 1, "sqlite", "grpc", 1, 32),
+        OURS_C32,
+        "req/s, single-row c32, 1 worker SQLite trail: OIP ModelInfer over gRPC (h2load) vs "
+        "/predict (wrk); target >= 1.0",
+    ),
+    "oip_binary_over_json_1000_c8": (
+        ("ours", 1, "sqlite", "oip_binary", 1000, 8),
+        ("ours", 1, "sqlite", "oip", 1000, 8),
+        "rows/s, 1000-row OIP infer c8, 1 worker SQLite trail: binary tensors in and out vs "
+        "JSON; target >= 2.0",
+    ),
     "ours_predict_over_mlserver_c32": (
         OURS_C32,
         ("mlserver", 1, "-", "oip", 1, 32),
@@ -121,6 +133,15 @@ def markdown(result: dict[str, Any]) -> str:
             f"| {_fmt(r['rows_per_s'])} | {lat['p50']:.2f} | {lat['p90']:.2f} "
             f"| {lat['p99']:.2f} | {r['failures']} | {other_text} |"
         )
+    grpc = [r for r in result["runs"] if r["route"] == "grpc"]
+    if grpc:
+        means = ", ".join(
+            f"{r['bundle']} c{r['connections']} {r['latency_ms']['mean']:.2f}" for r in grpc
+        )
+        lines += [
+            "",
+            f"gRPC runs are loaded by h2load, which gives no percentiles (nan): mean ms {means}.",
+        ]
     if any(r["cpu"]["other_pct"] > NOISY_PCT for r in result["runs"]):
         lines += [
             "",

@@ -19,6 +19,7 @@ from bench.speed.bundles import BundleCtx
 from bench.speed.plan import ServerSpec
 
 REPO = Path(__file__).resolve().parents[2]
+GRPC_INFER = "/inference.GRPCInferenceService/ModelInfer"
 
 
 @dataclass(frozen=True)
@@ -32,6 +33,7 @@ class Launched:
     serves: str
     argv: list[str]
     env: dict[str, str]  # the server's own settings, for the record
+    grpc_port: int | None = None  # ours: the OIP over gRPC
 
 
 @contextmanager
@@ -46,15 +48,24 @@ def launch(
                 url = stack.enter_context(fresh_schema())
             else:
                 url = f"sqlite:///{workdir / f'audit-{spec.bundle}-{port}.db'}"
-            settings = OursSettings(b.store, b.name, spec.workers, spec.audit, url)
+            grpc_port = procs.free_port()
+            settings = OursSettings(b.store, b.name, spec.workers, spec.audit, url, grpc_port)
             argv, env = ours_command(settings, port)
             health = READY_PATH
             paths = {
                 "predict": "/predict",
                 "columnar": "/predict",
                 "oip": f"/v2/models/{b.name}/infer",
+                "oip_binary": f"/v2/models/{b.name}/infer",
+                "grpc": GRPC_INFER,
             }
-            formats = {"predict": "native", "columnar": "columnar", "oip": "oip"}
+            formats = {
+                "predict": "native",
+                "columnar": "columnar",
+                "oip": "oip",
+                "oip_binary": "binary",
+                "grpc": "grpc",
+            }
             serves = f"{len(b.manifest['experts'])} experts + gate, audit {spec.audit}"
         elif spec.kind == "bare":
             argv = [
@@ -96,30 +107,67 @@ def launch(
         own = {
             k: v for k, v in env.items() if k.startswith(("IABMA_", "BARE_", "MLSERVER_", "OMP_"))
         }
-        yield Launched(spec, port, proc.pid, cold, paths, formats, serves, argv, own)
+        grpc = grpc_port if spec.kind == "ours" else None
+        yield Launched(spec, port, proc.pid, cold, paths, formats, serves, argv, own, grpc)
 
 
 class PreflightError(RuntimeError):
     pass
 
 
-def preflight(port: int, path: str, bodies: Path) -> None:
+def preflight(port: int, path: str, bodies: Path, fmt: str = "json") -> None:
     """One request by hand first: a wrong body shows up as a readable error, not a 0 req/s."""
-    with bodies.open("rb") as f:
-        body = f.readline().rstrip(b"\n")
+    if fmt == "grpc":
+        return preflight_grpc(port, path, bodies)
+    headers = {"Content-Type": "application/json"}
+    if fmt == "binary":  # frames.lua's first record
+        with bodies.open("rb") as f:
+            header_len, body_len = f.readline().split()
+            body = f.read(int(body_len))
+        headers = {"Inference-Header-Content-Length": header_len.decode()}
+    else:
+        with bodies.open("rb") as f:
+            body = f.readline().rstrip(b"\n")
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
     try:
-        conn.request("POST", path, body, {"Content-Type": "application/json"})
+        conn.request("POST", path, body, headers)
         resp = conn.getresponse()
         text = resp.read()
     finally:
         conn.close()
     if not 200 <= resp.status < 300:
         raise PreflightError(f"POST {path} answered {resp.status}: {text[:500]!r}")
+    if fmt == "binary":
+        text = text[: int(resp.getheader("Inference-Header-Content-Length") or len(text))]
     try:
         json.loads(text)
     except ValueError:
         raise PreflightError(f"POST {path} answered {resp.status} but not JSON") from None
+
+
+def preflight_grpc(port: int, path: str, body: Path) -> None:
+    import grpc
+
+    message = body.read_bytes()[5:]  # the file holds one framed message
+    with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+        try:
+            channel.unary_unary(path)(message, timeout=60)
+        except grpc.RpcError as exc:
+            raise PreflightError(f"{path} answered {exc.code()}: {exc.details()}") from None
+
+
+def grpc_calls_ok(port: int) -> int:
+    """Rows our server counted on its gRPC route (iabma_predicted_rows_total)."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    try:
+        conn.request("GET", "/metrics")
+        text = conn.getresponse().read().decode()
+    finally:
+        conn.close()
+    for line in text.splitlines():
+        if line.startswith("iabma_predicted_rows_total{") and 'route="oip_grpc"' in line:
+            return int(float(line.rsplit(" ", 1)[1]))
+    return 0
 
 
 def rss(pid: int) -> dict[str, Any]:

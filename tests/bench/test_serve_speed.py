@@ -45,8 +45,8 @@ def _port_open(port: int) -> bool:
 @pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_quick_run_measures_every_path(tmp_path: Path) -> None:
-    if shutil.which("wrk") is None:
-        pytest.fail("wrk is not installed; `make sysdeps` (run by `make test`) installs it")
+    if shutil.which("wrk") is None or shutil.which("h2load") is None:
+        pytest.fail("wrk or h2load is missing; `make sysdeps` (run by `make test`) installs them")
     store, out = tmp_path / "store", tmp_path / "out"
     iabma = Path(sys.executable).parent / "iabma"
     subprocess.run(
@@ -77,6 +77,8 @@ def test_quick_run_measures_every_path(tmp_path: Path) -> None:
         ("ours", "sqlite", "oip", 1),
         ("ours", "sqlite", "predict", 1000),
         ("ours", "sqlite", "columnar", 1000),
+        ("ours", "sqlite", "grpc", 1),
+        ("ours", "sqlite", "oip_binary", 1000),
         ("ours", "off", "predict", 1),
         ("bare", "-", "predict", 1),
     ]:

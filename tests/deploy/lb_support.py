@@ -36,6 +36,7 @@ TEST_HASH_KEY = "nginx-test-hash-key-0123456789abcdef"
 class Replica:
     proc: Proc
     addr: str  # host:port, as nginx reports it in X-Upstream
+    grpc_addr: str  # host:port of its IABMA_GRPC_PORT
 
 
 @dataclass
@@ -43,6 +44,7 @@ class LoadBalancer:
     url: str
     nginx: Proc
     replicas: list[Replica]
+    grpc: str  # nginx's gRPC listener, host:port
 
 
 def start_replica(
@@ -53,9 +55,11 @@ def start_replica(
     audit_url: str,
     **settings: str,
 ) -> Replica:
-    port = free_port()
+    port, grpc_port = free_port(), free_port()
     cmd = uvicorn_command(exec_form(dockerfile[-1].last("CMD").args), "127.0.0.1", port)
     env = clean_env(
+        IABMA_GRPC_PORT=str(grpc_port),
+        IABMA_GRPC_HOST="127.0.0.1",
         IABMA_STORE=str(store),
         IABMA_MODEL_NAME="demo",
         IABMA_AUDIT_URL=audit_url,
@@ -68,14 +72,17 @@ def start_replica(
     workdir.mkdir(exist_ok=True)
     uvicorn = Path(sys.executable).with_name(cmd[0])
     proc = procs.start(name, [str(uvicorn), *cmd[1:]], env, cwd=workdir)
-    return Replica(proc, f"127.0.0.1:{port}")
+    return Replica(proc, f"127.0.0.1:{port}", f"127.0.0.1:{grpc_port}")
 
 
-def start_nginx(procs: Processes, upstreams: list[str], name: str = "nginx") -> tuple[str, Proc]:
+def start_nginx(
+    procs: Processes, upstreams: list[str], grpc_upstreams: list[str], name: str = "nginx"
+) -> tuple[str, Proc, str]:
+    """nginx's REST URL, its process, and its gRPC listener (host:port)."""
     nginx = require_tool("nginx")
     prefix = procs.workdir / name
     (prefix / "conf.d").mkdir(parents=True)
-    port = free_port()
+    port, grpc_port = free_port(), free_port()
     rendered = render_template(
         NGINX_TEMPLATE.read_text(encoding="utf-8"),
         {
@@ -83,6 +90,9 @@ def start_nginx(procs: Processes, upstreams: list[str], name: str = "nginx") -> 
             "NGINX_UPSTREAM_1": upstreams[0],
             "NGINX_UPSTREAM_2": upstreams[1],
             "NGINX_MAX_BODY_BYTES": str(MAX_BODY),
+            "NGINX_GRPC_LISTEN": f"127.0.0.1:{grpc_port}",
+            "NGINX_GRPC_UPSTREAM_1": grpc_upstreams[0],
+            "NGINX_GRPC_UPSTREAM_2": grpc_upstreams[1],
         },
     )
     assert "${" not in rendered
@@ -96,7 +106,7 @@ def start_nginx(procs: Processes, upstreams: list[str], name: str = "nginx") -> 
     )
     assert check.returncode == 0, check.stderr
     proc = procs.start(name, [nginx, *args, "-g", "daemon off;"], clean_env(), cwd=prefix)
-    return f"http://127.0.0.1:{port}", proc
+    return f"http://127.0.0.1:{port}", proc, f"127.0.0.1:{grpc_port}"
 
 
 def start_load_balancer(
@@ -107,9 +117,11 @@ def start_load_balancer(
     ]
     for r in replicas:
         wait_until_ready(f"http://{r.addr}/readyz", r.proc)
-    url, nginx = start_nginx(procs, [r.addr for r in replicas])
+    url, nginx, grpc = start_nginx(
+        procs, [r.addr for r in replicas], [r.grpc_addr for r in replicas]
+    )
     wait_until_ready(f"{url}/livez", nginx)
-    return LoadBalancer(url, nginx, replicas)
+    return LoadBalancer(url, nginx, replicas, grpc)
 
 
 def upstreams_of(response: httpx.Response) -> list[str]:

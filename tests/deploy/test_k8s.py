@@ -71,7 +71,7 @@ SECRET_SETTINGS = {
 }
 # Settings the manifests use that app/settings.py does not define yet: they are being added
 # alongside this deployment. Any other unknown IABMA_* name is a typo the app would ignore.
-PENDING_SETTINGS = {"grpc_port"}
+PENDING_SETTINGS: set[str] = set()
 # Verifying every file's sha256 and opening the ONNX sessions of a large bundle on a slow
 # network volume: the startup probe must allow this much before it restarts the pod.
 LARGE_BUNDLE_LOAD_SECONDS = 300

@@ -48,7 +48,10 @@ def lb(
 
 def test_template_leaves_nginx_variables_alone() -> None:
     envs, nginx_vars = template_variables(NGINX_TEMPLATE.read_text(encoding="utf-8"))
-    assert envs == {"NGINX_LISTEN", "NGINX_UPSTREAM_1", "NGINX_UPSTREAM_2", "NGINX_MAX_BODY_BYTES"}
+    assert envs == {
+        "NGINX_LISTEN", "NGINX_UPSTREAM_1", "NGINX_UPSTREAM_2", "NGINX_MAX_BODY_BYTES",
+        "NGINX_GRPC_LISTEN", "NGINX_GRPC_UPSTREAM_1", "NGINX_GRPC_UPSTREAM_2",
+    }  # fmt: skip
     # The image substitutes every variable set in its environment; lower-case nginx
     # variables cannot collide with the upper-case names an environment uses.
     assert all(v == v.lower() for v in nginx_vars), nginx_vars
@@ -92,6 +95,34 @@ def test_a_request_id_is_minted_when_the_client_sends_none(lb: LoadBalancer) -> 
     ids = r.headers.get_list("x-request-id")
     assert len(ids) == 1 and re.fullmatch(r"[0-9a-f]{32}", ids[0]), ids
     assert r.json()["request_id"] == ids[0]
+
+
+def test_grpc_through_nginx_reaches_both_replicas(lb: LoadBalancer) -> None:
+    """tritonclient[grpc] with its defaults through nginx's gRPC listener (grpc_pass)."""
+    import numpy as np
+    import tritonclient.grpc as tgrpc
+    from tritonclient.utils import InferenceServerException
+
+    client = tgrpc.InferenceServerClient(lb.grpc)
+    assert client.is_server_ready() and client.is_model_ready("demo")
+    inputs = []
+    for name in ("x1", "x2"):
+        t = tgrpc.InferInput(name, [1, 1], "FP32")
+        t.set_data_from_numpy(np.array([[0.1]], dtype=np.float32))
+        inputs.append(t)
+    ids = set()
+    for i in range(6):
+        r = client.infer("demo", inputs, request_id=f"grpc-lb-{i}")
+        assert r.as_numpy("weights").shape == (1, 5)
+        ids.add(r.get_response().parameters["request_id"].string_param)
+    assert len(ids) == 6
+    with pytest.raises(InferenceServerException, match="missing tensors"):
+        client.infer("demo", inputs[:1])
+    # Round robin: both replicas counted gRPC rows in their metrics.
+    seen = [
+        "oip_grpc" in httpx.get(f"http://{r.addr}/metrics", timeout=10).text for r in lb.replicas
+    ]
+    assert all(seen), seen
 
 
 def test_a_body_over_the_limit_is_refused_by_nginx_as_json(lb: LoadBalancer) -> None:
@@ -189,7 +220,9 @@ def test_a_post_that_reached_a_replica_is_never_sent_again(
 ) -> None:
     real = start_replica(procs, dockerfile, "real", demo_store, pg_session_url)
     wait_until_ready(f"http://{real.addr}/readyz", real.proc)
-    url, nginx = start_nginx(procs, [silent_upstream.addr, real.addr])
+    url, nginx, _ = start_nginx(
+        procs, [silent_upstream.addr, real.addr], [silent_upstream.addr, real.grpc_addr]
+    )
     wait_until_ready(f"{url}/readyz", nginx)
 
     statuses: Counter[int] = Counter()
