@@ -13,7 +13,9 @@ import logging
 
 import grpc
 
+from app.access import KeyRing
 from app.errors import StartupRefused
+from app.oip_grpc.access import KeyInterceptor
 from app.oip_grpc.servicer import HealthServicer, InferenceServicer
 from app.oip_grpc.stubs import health_pb2_grpc, pb_grpc
 from app.service import Service
@@ -34,10 +36,11 @@ class GrpcServer:
         settings = self.service.settings
         limit = settings.max_body_bytes + FRAMING_BYTES
         server = grpc.aio.server(
+            interceptors=[KeyInterceptor(KeyRing.from_settings(settings))],
             options=[
                 ("grpc.max_receive_message_length", limit),
                 ("grpc.max_send_message_length", -1),
-            ]
+            ],
         )
         pb_grpc.add_GRPCInferenceServiceServicer_to_server(self.inference, server)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, server)

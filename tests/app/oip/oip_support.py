@@ -11,8 +11,9 @@ import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
 
-from app_harness import UvicornProcess, free_socket
+from app_harness import UvicornProcess
 from app_support import Bundles
+from support import free_port
 
 
 @dataclass(frozen=True)
@@ -37,13 +38,6 @@ class Served:
     def audit_rows(self) -> int:
         with sqlite3.connect(self.audit_db) as conn:
             return int(conn.execute("select count(*) from iabma_audit_log").fetchone()[0])
-
-
-def free_port() -> int:
-    sock = free_socket()
-    port = int(sock.getsockname()[1])
-    sock.close()
-    return port
 
 
 def serve(bundles: Bundles, name: str, tmp: Path, **env: str) -> Served:
