@@ -17,6 +17,7 @@ from fastapi import FastAPI
 from app.drain import install_drain_hook
 from app.logs import setup_logging
 from app.observe import RequestObserver
+from app.openapi import install as install_openapi
 from app.responses import install_error_handlers
 from app.routes import admin, health, metrics, oip, predict, weights
 from app.service import Service
@@ -64,6 +65,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
         await service.start()
+        build_openapi()  # typed by the bundle just loaded, before the first client asks
         uninstall = install_drain_hook(service.runtime, settings.drain_seconds)
         tune_gc()
         try:
@@ -83,4 +85,5 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.add_middleware(RequestObserver, service=service)
     for module in (predict, weights, health, metrics, admin, oip):
         app.include_router(module.router())
+    build_openapi = install_openapi(app, service)
     return app
