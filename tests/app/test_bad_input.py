@@ -215,6 +215,17 @@ CASES = [
         'unknown category "spaceship"; known: ["business", "domestic appliance"',
         model="credit",
     ),
+    # Was a reset connection: the unknown category was echoed in the message, and a lone
+    # surrogate cannot be encoded as UTF-8. Schemathesis sent it (through OIP infer).
+    Case(
+        "lone surrogate escape",
+        rows({**CREDIT_ROW, "purpose": "\ud800"}),
+        400,
+        "invalid_json",
+        "body",
+        "unpaired surrogate",
+        model="credit",
+    ),
     Case(
         "list for a category",
         rows({**CREDIT_ROW, "housing": ["own"]}),

@@ -29,6 +29,7 @@ from schemathesis.checks import not_a_server_error
 from schemathesis.core.failures import FailureGroup
 from schemathesis.specs.openapi.checks import (
     content_type_conformance,
+    response_headers_conformance,
     response_schema_conformance,
     status_code_conformance,
 )
@@ -38,6 +39,7 @@ CHECKS = [
     status_code_conformance,
     content_type_conformance,
     response_schema_conformance,
+    response_headers_conformance,
 ]
 MIN_CASES = 500
 TIME_BUDGET_S = 90.0
@@ -93,9 +95,11 @@ def fuzz(base_url: str, rich: int, plain: int) -> Run:
         documented = operation.get_strategies_from_examples()
         if documented:
             strategies["examples"] = st.one_of(documented)
-        examples = rich if operation.path in TAKE_INPUT else plain
         statuses = run.statuses.setdefault(operation.label, Counter())
         for label, strategy in strategies.items():
+            examples = len(documented) if label == "examples" else plain
+            if operation.path in TAKE_INPUT and label != "examples":
+                examples = rich
             where = f"{operation.label} [{label}]"
             send(base_url, session, strategy, examples, where, run, statuses)
     return run
@@ -139,8 +143,8 @@ def test_every_operation_conforms(
     started = time.monotonic()
     # Classification under odd feature names, then regression: both answer shapes.
     runs = [
-        fuzz(odd_server.base_url, rich=60, plain=8),
-        fuzz(credit_server.base_url, rich=25, plain=3),
+        fuzz(odd_server.base_url, rich=80, plain=8),
+        fuzz(credit_server.base_url, rich=30, plain=3),
     ]
     seconds = time.monotonic() - started
     sent = sum(r.sent for r in runs)

@@ -205,6 +205,16 @@ def test_infer_errors_are_400(demo: Client, body: Any, says: str) -> None:
     assert r.json()["error"].startswith(says)
 
 
+def test_lone_surrogate_is_a_400(demo: Client) -> None:
+    # Was a reset connection (schemathesis): the value was echoed in the error message, and
+    # "\ud800" alone cannot be encoded as UTF-8.
+    raw = b'{"inputs": [{"name": "x1", "datatype": "FP32", "shape": [1], "data": ["\\ud800"]}]}'
+    json_type = {"content-type": "application/json"}
+    r = demo.post("/v2/models/demo/infer", content=raw, headers=json_type)
+    assert r.status_code == 400, r.text
+    assert r.json()["error"].startswith("body: a string holds an unpaired surrogate")
+
+
 def test_oip_other_errors(demo: Client) -> None:
     r = demo.post("/v2/models/other/infer", json={"inputs": []})
     assert r.status_code == 404
