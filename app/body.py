@@ -121,7 +121,10 @@ def _keys(value: Any) -> int:
     if t is dict:
         return len(value) + sum(_keys(v) for v in value.values() if type(v) in _CONTAINERS)
     if t is list and value and type(value[0]) is dict:
-        return sum(map(len, value))
+        try:
+            return sum(map(len, value))
+        except TypeError:  # a later item has no length (null, a number): -1 matches no count
+            return -1
     return 0
 
 

@@ -188,6 +188,16 @@ CASES = [
         "instances[1]",
         "expected an object, got an array",
     ),
+    # Was a 500 (schemathesis, through OIP infer): the JSON reader's duplicate-key count
+    # took len() of every item of a list that starts with an object.
+    Case(
+        "null after a row",
+        rows(OK_ROW, None),
+        422,
+        "wrong_type",
+        "instances[1]",
+        "expected an object, got null",
+    ),
     Case(
         "no instances",
         {"rows": [OK_ROW]},

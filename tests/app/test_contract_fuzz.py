@@ -2,7 +2,8 @@
 
 Requests are generated from the document the server publishes for its bundle, both valid
 ones (positive) and ones that break the schema (negative), and each answer is checked: no
-5xx, a declared status, a declared content type, and a body that matches its schema.
+5xx, a declared status, content type and headers, and a body that matches its schema; a
+request that gets no answer at all is a failure too.
 Every case runs to the end and every failure is collected, so one run lists them all with
 the request to reproduce each. Seeded (``derandomize``) and bounded in examples, so the
 run is the same each time and takes well under a minute and a half.
@@ -125,13 +126,13 @@ def send(
     @given(case=strategy)
     def one(case: Any) -> None:
         run.sent += 1
-        response = case.call(base_url=base_url, session=session)
-        statuses[response.status_code] += 1
         try:
+            response = case.call(base_url=base_url, session=session)
+            statuses[response.status_code] += 1
             case.validate_response(response, checks=CHECKS)
-        except (AssertionError, FailureGroup) as exc:
+        except (AssertionError, FailureGroup, requests.RequestException) as exc:
             curl = case.as_curl_command(base_url=base_url)
-            run.failures.append(f"{where}\n{curl}\n{exc}")
+            run.failures.append(f"{where}\n{curl}\n{type(exc).__name__}: {exc}")
 
     one()
 

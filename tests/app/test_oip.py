@@ -189,6 +189,8 @@ def _x(data: list[Any], name: str = "x1", dtype: str = "FP32", shape: Any = None
         ),
         ({"inputs": [_x([]), _x([], "x2")]}, "inputs: empty batch"),
         ({"inputs": []}, "inputs: expected a non-empty array"),
+        # Was a 500 (schemathesis): a list starting with an object, then a null.
+        ({"inputs": [_x([1.0]), None]}, "inputs[1]: expected a tensor object with a name"),
         (
             {"inputs": [_x([1.0]), _x([1.0], "x2")], "outputs": [{"name": "std"}]},
             "outputs[0].name: unknown output 'std'",
