@@ -105,6 +105,33 @@ def odd_bundle(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Trained]
     return store, Trained("odd", est, X.iloc[500:600].reset_index(drop=True), path.name)
 
 
+@pytest.fixture(scope="session")
+def odd_regression(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Trained]:
+    """The same odd names on a regression of ``credit_amount`` (``age`` takes the name
+    ``instances``): the answers with a mean, a std and an interval."""
+    from sklearn.linear_model import Ridge
+    from sklearn.tree import DecisionTreeRegressor
+
+    from training.datasets import load_shared
+    from training.estimator import IABMARegressor
+    from training.experts.spec import Expert
+    from training.export.bundle import export_bundle
+
+    store = tmp_path_factory.mktemp("odd_regression_store")
+    data = load_shared("credit-g")
+    names = {**ODD_NAMES, "age": "instances"}
+    del names["credit_amount"]
+    X = data.X[list(names)].rename(columns=names)
+    y = data.X["credit_amount"]
+    experts = [
+        Expert("ridge", Ridge()),
+        Expert("tree", DecisionTreeRegressor(max_depth=4, random_state=0)),
+    ]
+    est = IABMARegressor(experts, cv=3, random_state=0).fit(X.iloc[:500], y.iloc[:500])
+    path = export_bundle(est, store, "oddreg", X.iloc[500:600])
+    return store, Trained("oddreg", est, X.iloc[500:600].reset_index(drop=True), path.name)
+
+
 @pytest.fixture
 def store_copy(bundles: Bundles, tmp_path: Path) -> Path:
     """A private, writable copy of the store, for tests that publish or tamper."""
