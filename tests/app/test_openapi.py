@@ -206,3 +206,24 @@ def test_the_document_follows_a_reload(odd_bundle: tuple[Path, Trained], tmp_pat
     props = after["components"]["schemas"]["Instance"]["properties"]
     assert "savings status" in props and "limit" not in props
     assert "limit" in before["components"]["schemas"]["Instance"]["properties"]
+
+
+def test_regression_answers_match_their_document(
+    odd_regression: tuple[Path, Trained], tmp_path: Path
+) -> None:
+    store, trained = odd_regression
+    rows = trained.instances(slice(0, 3))
+    with AsgiHarness(make_settings(store, tmp_path, "oddreg")) as app:
+        doc = app.get("/openapi.json").json()
+        answers = {
+            "PredictAnswer": app.post("/predict", json={"instances": rows}),
+            "PredictColumnarAnswer": app.post(
+                "/predict", json={"instances": rows, "format": "columnar"}
+            ),
+        }
+    interval = doc["components"]["schemas"]["MixturePrediction"]["properties"]["interval"]
+    assert interval["properties"]["level"] == {"const": 0.9}
+    assert "ClassLabel" not in doc["components"]["schemas"]
+    for name, r in answers.items():
+        assert r.status_code == 200, r.text
+        validator(doc, name).validate(r.json())
