@@ -11,6 +11,7 @@ named by the validator; a duplicate key in an object is refused outright.
 from __future__ import annotations
 
 import json
+import re
 import zlib
 from typing import Any
 
@@ -171,14 +172,20 @@ def _keys(value: Any) -> int:
     if t is dict:
         return len(value) + sum(_keys(v) for v in value.values() if type(v) in _CONTAINERS)
     if t is list and value and type(value[0]) is dict:
-        return sum(map(len, value))
+        try:
+            return sum(map(len, value))
+        except TypeError:  # a later item has no length (null, a number): -1 matches no count
+            return -1
     return 0
+
+
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
 
 
 def parse_strict(raw: bytes) -> Any:
     """Python's parser: duplicate keys refused, ``NaN`` kept as a marker, faults located."""
     try:
-        return json.loads(raw, parse_constant=NonFinite, object_pairs_hook=_no_duplicates)
+        value = json.loads(raw, parse_constant=NonFinite, object_pairs_hook=_no_duplicates)
     except _DuplicateKey as exc:
         raise InvalidJSON(
             f"key {exc.args[0]!r} appears twice in one object", field="body"
@@ -193,6 +200,23 @@ def parse_strict(raw: bytes) -> Any:
         raise InvalidJSON(f"unreadable JSON value: {exc}", field="body") from None
     except RecursionError:
         raise InvalidJSON("JSON nested too deeply", field="body") from None
+    if _SURROGATE_ESCAPE.search(raw):
+        _check_surrogates(value)
+    return value
+
+
+def _check_surrogates(value: Any) -> None:
+    """Refuse a string holding half of a surrogate pair (``"\\ud800"`` alone): it is no
+    character, so no UTF-8 text can hold it, and every echo of it (an error message, the
+    audit trail, a log line) would fail to encode. orjson refuses these too."""
+    try:
+        json.dumps(value, ensure_ascii=False, default=repr).encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidJSON(
+            "a string holds an unpaired surrogate escape (\\ud800-\\udfff); "
+            "send text as UTF-8 or as escaped pairs",
+            field="body",
+        ) from None
 
 
 async def json_body(request: Request, max_bytes: int) -> Any:

@@ -22,6 +22,7 @@ from app.drain import install_drain_hook
 from app.errors import StartupRefused
 from app.logs import setup_logging
 from app.observe import RequestObserver
+from app.openapi import install as install_openapi
 from app.responses import install_error_handlers
 from app.routes import admin, health, metrics, oip, predict, weights
 from app.service import Service
@@ -92,6 +93,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         except BaseException:
             await service.stop()
             raise
+        build_openapi()  # typed by the bundle just loaded, before the first client asks
         uninstall = install_drain_hook(service.runtime, settings.drain_seconds)
         tune_gc()
         try:
@@ -134,4 +136,5 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         routers.append(metrics)
     for module in routers:
         app.include_router(module.router())
+    build_openapi = install_openapi(app, service)
     return app

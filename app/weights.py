@@ -62,7 +62,8 @@ def _time_us(name: str, text: str) -> int:
 def _limit(text: str | None) -> int:
     if text is None:
         return DEFAULT_LIMIT
-    if not text.isdigit() or not 1 <= int(text) <= MAX_LIMIT:
+    # isdigit alone also passes "²", which int() refuses.
+    if not (text.isascii() and text.isdigit()) or not 1 <= int(text) <= MAX_LIMIT:
         raise InvalidInput(
             [
                 Fault(

@@ -32,6 +32,7 @@ from app.audit.tables import create_tables, lock_sqlite, make_engine, records
 from app.errors import Fault, InvalidInput
 
 _CURSOR = re.compile(r"^(\d{1,19})\.(\d{1,19})$")
+INT64_MAX = 2**63 - 1  # both columns are 64-bit; a larger number would fail in the driver
 
 
 def encode_cursor(created_us: int, record_id: int) -> str:
@@ -44,11 +45,12 @@ def decode_cursor(text: str) -> tuple[int, int]:
     except (binascii.Error, UnicodeDecodeError, ValueError):
         raw = ""
     match = _CURSOR.match(raw)
-    if not match:
+    created_us, record_id = (int(match.group(1)), int(match.group(2))) if match else (-1, -1)
+    if not (0 <= created_us <= INT64_MAX and 0 <= record_id <= INT64_MAX):
         raise InvalidInput(
             [Fault("invalid_value", "cursor", "not a cursor returned by GET /weights")]
         )
-    return int(match.group(1)), int(match.group(2))
+    return created_us, record_id
 
 
 @dataclass(frozen=True)

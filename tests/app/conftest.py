@@ -65,6 +65,69 @@ def bundles(tmp_path_factory: pytest.TempPathFactory) -> Bundles:
     )
 
 
+ODD_NAMES = {
+    "checking_status": "checking-status",
+    "duration": "duration in months",
+    "credit_history": "crédit_历史",
+    "purpose": "2nd purpose",
+    "credit_amount": "instances",
+    "savings_status": "limit",
+    "installment_commitment": "rate%/day & more?",
+}
+
+
+@pytest.fixture(scope="session")
+def odd_bundle(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Trained]:
+    """credit-g classification under feature names a client may well have: hyphens, spaces,
+    unicode, a leading digit, URL-reserved characters, and the words ``instances`` and
+    ``limit`` that the routes also use. Small and quick: two experts, 500 rows."""
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.tree import DecisionTreeClassifier
+
+    from training.datasets import load_shared
+    from training.estimator import IABMAClassifier
+    from training.experts.spec import Expert
+    from training.export.bundle import export_bundle
+
+    store = tmp_path_factory.mktemp("odd_store")
+    data = load_shared("credit-g")
+    X = data.X[list(ODD_NAMES)].rename(columns=ODD_NAMES)
+    experts = [
+        Expert("linear", LogisticRegression(max_iter=500)),
+        Expert("tree", DecisionTreeClassifier(max_depth=4, random_state=0)),
+    ]
+    est = IABMAClassifier(experts, cv=3, random_state=0).fit(X.iloc[:500], data.y.iloc[:500])
+    path = export_bundle(est, store, "odd", X.iloc[500:600])
+    return store, Trained("odd", est, X.iloc[500:600].reset_index(drop=True), path.name)
+
+
+@pytest.fixture(scope="session")
+def odd_regression(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Trained]:
+    """The same odd names on a regression of ``credit_amount`` (``age`` takes the name
+    ``instances``): the answers with a mean, a std and an interval."""
+    from sklearn.linear_model import Ridge
+    from sklearn.tree import DecisionTreeRegressor
+
+    from training.datasets import load_shared
+    from training.estimator import IABMARegressor
+    from training.experts.spec import Expert
+    from training.export.bundle import export_bundle
+
+    store = tmp_path_factory.mktemp("odd_regression_store")
+    data = load_shared("credit-g")
+    names = {**ODD_NAMES, "age": "instances"}
+    del names["credit_amount"]
+    X = data.X[list(names)].rename(columns=names)
+    y = data.X["credit_amount"]
+    experts = [
+        Expert("ridge", Ridge()),
+        Expert("tree", DecisionTreeRegressor(max_depth=4, random_state=0)),
+    ]
+    est = IABMARegressor(experts, cv=3, random_state=0).fit(X.iloc[:500], y.iloc[:500])
+    path = export_bundle(est, store, "oddreg", X.iloc[500:600])
+    return store, Trained("oddreg", est, X.iloc[500:600].reset_index(drop=True), path.name)
+
+
 @pytest.fixture
 def store_copy(bundles: Bundles, tmp_path: Path) -> Path:
     """A private, writable copy of the store, for tests that publish or tamper."""

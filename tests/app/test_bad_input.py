@@ -189,6 +189,16 @@ CASES = [
         "instances[1]",
         "expected an object, got an array",
     ),
+    # Was a 500 (schemathesis, through OIP infer): the JSON reader's duplicate-key count
+    # took len() of every item of a list that starts with an object.
+    Case(
+        "null after a row",
+        rows(OK_ROW, None),
+        422,
+        "wrong_type",
+        "instances[1]",
+        "expected an object, got null",
+    ),
     Case(
         "no instances",
         {"rows": [OK_ROW]},
@@ -214,6 +224,17 @@ CASES = [
         "unknown_category",
         "instances[0].purpose",
         'unknown category "spaceship"; known: ["business", "domestic appliance"',
+        model="credit",
+    ),
+    # Was a reset connection: the unknown category was echoed in the message, and a lone
+    # surrogate cannot be encoded as UTF-8. Schemathesis sent it (through OIP infer).
+    Case(
+        "lone surrogate escape",
+        rows({**CREDIT_ROW, "purpose": "\ud800"}),
+        400,
+        "invalid_json",
+        "body",
+        "unpaired surrogate",
         model="credit",
     ),
     Case(

@@ -189,6 +189,8 @@ def _x(data: list[Any], name: str = "x1", dtype: str = "FP32", shape: Any = None
         ),
         ({"inputs": [_x([]), _x([], "x2")]}, "inputs: empty batch"),
         ({"inputs": []}, "inputs: expected a non-empty array"),
+        # Was a 500 (schemathesis): a list starting with an object, then a null.
+        ({"inputs": [_x([1.0]), None]}, "inputs[1]: expected a tensor object with a name"),
         (
             {"inputs": [_x([1.0]), _x([1.0], "x2")], "outputs": [{"name": "std"}]},
             "outputs[0].name: unknown output 'std'",
@@ -203,6 +205,16 @@ def test_infer_errors_are_400(demo: Client, body: Any, says: str) -> None:
     assert r.status_code == 400, r.text
     assert set(r.json()) == {"error"}
     assert r.json()["error"].startswith(says)
+
+
+def test_lone_surrogate_is_a_400(demo: Client) -> None:
+    # Was a reset connection (schemathesis): the value was echoed in the error message, and
+    # "\ud800" alone cannot be encoded as UTF-8.
+    raw = b'{"inputs": [{"name": "x1", "datatype": "FP32", "shape": [1], "data": ["\\ud800"]}]}'
+    json_type = {"content-type": "application/json"}
+    r = demo.post("/v2/models/demo/infer", content=raw, headers=json_type)
+    assert r.status_code == 400, r.text
+    assert r.json()["error"].startswith("body: a string holds an unpaired surrogate")
 
 
 def test_oip_other_errors(demo: Client) -> None:

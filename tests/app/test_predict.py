@@ -213,7 +213,8 @@ def test_openapi_documents_the_contract(demo: Client) -> None:
     spec = demo.get("/openapi.json").json()
     post = spec["paths"]["/predict"]["post"]
     schema = post["requestBody"]["content"]["application/json"]["schema"]
-    assert "instances" in schema["properties"]
+    assert schema == {"$ref": "#/components/schemas/PredictRequest"}
+    assert "instances" in spec["components"]["schemas"]["PredictRequest"]["properties"]
     assert "422" in post["responses"] and "413" in post["responses"]
     assert "IABMA_UNKNOWN_CATEGORY" in spec["info"]["description"]
     assert {

@@ -159,6 +159,10 @@ def test_expert_and_time_filters(demo: Client, bundles: Bundles) -> None:
         ({"since": "2026-02-01", "until": "2026-01-01"}, 422, "until", "later than since"),
         ({"expert": "oracle"}, 422, "expert", "known: poly2, poly3, lda, circle, circle_fit"),
         ({"cursor": "not-a-cursor"}, 422, "cursor", "not a cursor"),
+        # Were 500s: str.isdigit passes "²", which int() refuses; and a cursor of
+        # "9999999999999999999.1" (19 digits, past int64) overflowed in the database driver.
+        ({"limit": "²"}, 422, "limit", "from 1 to 1000"),
+        ({"cursor": "OTk5OTk5OTk5OTk5OTk5OTk5OS4x"}, 422, "cursor", "not a cursor"),
         ({"colour": "red"}, 422, "colour", "unknown query parameter"),
         ({"request_id": "a", "limit": "3"}, 422, "limit", "cannot be combined with request_id"),
         ({"request_id": "no such id"}, 422, "request_id", "letters, digits"),

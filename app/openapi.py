@@ -1,0 +1,254 @@
+"""``/openapi.json`` typed by the served bundle: its features, categories, experts and classes.
+
+FastAPI's own document only knows the routes: the data routes read raw JSON (see
+:mod:`app.inputs`), so it shows ``POST /predict`` as a generic object. :func:`install`
+replaces ``app.openapi`` with a builder that starts from FastAPI's document and fills in,
+from the loaded bundle's manifest, the request and answer schemas of ``POST /predict``,
+``GET /weights`` and the Open Inference Protocol's infer, plus every error status each
+operation can answer (:data:`ERRORS`). The document is built once per served
+``(name, version)``: in the lifespan when the bundle loads, and again on first use after
+a reload brings another version.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from fastapi import FastAPI
+from fastapi.openapi.utils import get_openapi
+
+from app import contract
+from app.contract import STRING, Schema, feature_value, ref
+from app.observe import REQUEST_ID
+from app.runtime import LoadedModel
+from app.service import Service
+from app.weights import DEFAULT_LIMIT, MAX_LIMIT
+
+# Every status besides 200 that each operation can answer. Every operation can answer 400:
+# an X-Request-ID header that is not a valid id is refused before routing.
+ERRORS: dict[tuple[str, str], tuple[int, ...]] = {
+    ("/predict", "post"): (400, 413, 415, 422, 503),
+    ("/weights", "get"): (400, 404, 422, 503),
+    ("/models", "get"): (400, 503),
+    ("/readyz", "get"): (400, 503),
+    ("/admin/reload", "post"): (400, 401, 404, 409),
+    ("/v2/health/ready", "get"): (400, 503),
+    ("/v2/models/{name}", "get"): (400, 404, 503),
+    ("/v2/models/{name}/ready", "get"): (400, 404, 503),
+    ("/v2/models/{name}/infer", "post"): (400, 404, 413, 503),
+}
+OIP_PREFIX = "/v2"
+# Bodies that are not the error schema: these answers say "not ready" in their own shape.
+NOT_READY: dict[str, Schema] = {
+    "/readyz": {"type": "object", "required": ["status"],
+                "properties": {"status": {"enum": ["loading", "draining"]}}},
+    "/v2/health/ready": {"type": "object", "required": ["ready"],
+                         "properties": {"ready": {"const": False}}},
+    "/v2/models/{name}/ready": {"anyOf": [
+        {"type": "object", "required": ["name", "ready"],
+         "properties": {"name": STRING, "ready": {"const": False}}},
+        ref("OipError"),
+    ]},
+}  # fmt: skip
+STATIC_OK: dict[str, Schema] = {
+    "/livez": {"type": "object", "properties": {"status": {"const": "alive"}}},
+    "/readyz": {"type": "object", "required": ["status", "model", "version"],
+                "properties": {"status": {"const": "ready"}, "model": STRING, "version": STRING}},
+    "/models": {"type": "object", "required": ["name", "version", "task", "features", "experts"]},
+    "/v2": {"type": "object", "required": ["name", "version", "extensions"]},
+    "/v2/health/live": {"type": "object", "properties": {"live": {"const": True}}},
+    "/v2/health/ready": {"type": "object", "properties": {"ready": {"const": True}}},
+    "/v2/models/{name}": {"type": "object", "required": ["name", "versions", "inputs", "outputs"]},
+    "/v2/models/{name}/ready": {"type": "object", "required": ["name", "ready"],
+                                "properties": {"name": STRING, "ready": {"const": True}}},
+}  # fmt: skip
+REQUEST_ID_HEADER: Schema = {
+    "name": "X-Request-ID",
+    "in": "header",
+    "required": False,
+    "description": "Your id for this request, echoed back and kept in the audit trail; "
+    "a random one is made without it.",
+    "schema": {"type": "string", "pattern": REQUEST_ID.pattern},
+}
+
+ECHOED_ID: Schema = {
+    "description": "The request's id: the client's X-Request-ID, or the one made for it.",
+    "schema": {"type": "string"},
+}
+
+
+def install(app: FastAPI, service: Service) -> Callable[[], dict[str, Any]]:
+    """Make ``app.openapi`` build the typed document, cached per served (name, version)."""
+    cache: dict[tuple[str, str] | None, dict[str, Any]] = {}
+    lock = threading.Lock()
+
+    def openapi() -> dict[str, Any]:
+        model = service.runtime.current
+        key = (model.name, model.version) if model is not None else None
+        doc = cache.get(key)
+        if doc is None:
+            with lock:
+                doc = cache.get(key)
+                if doc is None:
+                    doc = build(app, model, service.settings.max_batch_rows)
+                    cache.clear()  # only the version being served is ever asked for
+                    cache[key] = doc
+        return doc
+
+    app.openapi = openapi  # type: ignore[method-assign]
+    return openapi
+
+
+def build(app: FastAPI, model: LoadedModel | None, max_rows: int) -> dict[str, Any]:
+    """FastAPI's document with each operation's errors, and with ``model``'s types."""
+    doc = get_openapi(
+        title=app.title,
+        version=app.version,
+        openapi_version=app.openapi_version,
+        summary=app.summary,
+        description=app.description,
+        routes=app.routes,
+        tags=app.openapi_tags,
+        servers=app.servers,
+    )
+    schemas = doc.setdefault("components", {}).setdefault("schemas", {})
+    if model is not None:
+        doc["info"]["x-bundle"] = {"name": model.name, "version": model.version}
+        schemas.update(contract.answer_components(model))
+        schemas["Instance"] = contract.instance(model)
+        schemas["PredictRequest"] = contract.predict_request(model, max_rows)
+        schemas["InferenceRequest"] = contract.oip_request(model, max_rows)
+        schemas["InferenceResponse"] = contract.oip_answer(model)
+    for path, method, op in operations(doc):
+        op.setdefault("parameters", []).append(REQUEST_ID_HEADER)
+        if model is not None:
+            _typed(op, path, model)
+        _responses(op, path, method)
+    _prune(doc)
+    return doc
+
+
+def operations(doc: dict[str, Any]) -> Iterator[tuple[str, str, dict[str, Any]]]:
+    for path, item in doc["paths"].items():
+        for method, op in item.items():
+            yield path, method, op
+
+
+def _json(schema: Schema, description: str) -> dict[str, Any]:
+    return {"description": description, "content": {"application/json": {"schema": schema}}}
+
+
+def _responses(op: dict[str, Any], path: str, method: str) -> None:
+    """Declare exactly the statuses this operation answers, errors in their route's schema."""
+    error = ref("OipError" if path.startswith(OIP_PREFIX) else "ErrorBody")
+    ok = op["responses"].get("200", {"description": "OK"})
+    if path in STATIC_OK:
+        ok = _json(STATIC_OK[path], ok.get("description", "OK"))
+    elif path == "/metrics":
+        ok = {"description": "Prometheus text exposition.",
+              "content": {"text/plain": {"schema": {"type": "string"}}}}  # fmt: skip
+    out: dict[str, Any] = {"200": ok}
+    for status in ERRORS.get((path, method), (400,)):
+        if status == 503 and path in NOT_READY:
+            out["503"] = _json(NOT_READY[path], "Not ready: loading, or draining after SIGTERM.")
+        else:
+            out[str(status)] = _json(error, _ERROR_TEXT.get(status, "Error"))
+    for response in out.values():
+        response["headers"] = {"X-Request-ID": ECHOED_ID}
+    op["responses"] = out
+
+
+_ERROR_TEXT = {
+    400: "Bad request: malformed JSON, or a bad X-Request-ID header.",
+    401: "Missing or wrong bearer token.",
+    404: "Not found.",
+    409: "The bundle failed verification; the serving version stays.",
+    413: "Too large: the body or the number of rows.",
+    415: "Not application/json.",
+    422: "Invalid input; the message names the field.",
+    503: "Not ready, or the audit store is unavailable.",
+}
+
+
+def _typed(op: dict[str, Any], path: str, model: LoadedModel) -> None:
+    if path == "/predict":
+        row = contract.example_row(model)
+        examples = {
+            "rows": {"value": {"instances": [row]}},
+            "columnar": {"value": {"instances": [row, row], "format": "columnar"}},
+            "weights only": {"value": {"instances": [row], "include": ["weights"]}},
+        }
+        op["requestBody"] = {"required": True, "content": _body("PredictRequest", examples)}
+        either = {"anyOf": [ref("PredictAnswer"), ref("PredictColumnarAnswer")]}
+        op["responses"]["200"] = _json(either, "The answer, per instance or columnar.")
+    elif path == "/weights":
+        op["parameters"] = weights_parameters(model) + op["parameters"]
+        either = {"anyOf": [ref("AuditRecordOut"), ref("GateProbe"), ref("RecordPage")]}
+        op["responses"]["200"] = _json(either, "A record, the gate's weights, or a page.")
+    elif path == "/v2/models/{name}/infer":
+        examples = {"one row": {"value": contract.oip_example(model)}}
+        op["requestBody"] = {"required": True, "content": _body("InferenceRequest", examples)}
+        op["responses"]["200"] = _json(ref("InferenceResponse"), "Output tensors.")
+    for param in op.get("parameters", []):
+        if path.startswith(OIP_PREFIX) and param["in"] == "path" and param["name"] == "name":
+            param["schema"] = {"type": "string", "enum": [model.name]}
+
+
+def _body(name: str, examples: dict[str, Any]) -> dict[str, Any]:
+    return {"application/json": {"schema": ref(name), "examples": examples}}
+
+
+def weights_parameters(model: LoadedModel) -> list[Schema]:
+    """The listing's filters and every feature (for a gate probe), all optional.
+
+    A feature may be named like a filter ("limit"): the two share one parameter whose
+    schema takes either, as the route does (a query naming every feature is a probe).
+    """
+    listing: dict[str, Schema] = {
+        "request_id": {"type": "string", "pattern": REQUEST_ID.pattern},
+        "since": {"type": "string", "format": "date-time"},
+        "until": {"type": "string", "format": "date-time"},
+        "expert": {"enum": list(model.experts)},
+        "limit": {"type": "integer", "minimum": 1, "maximum": MAX_LIMIT, "default": DEFAULT_LIMIT},
+        "cursor": {"type": "string"},
+    }
+    params: dict[str, Schema] = {}
+    for name, schema in listing.items():
+        params[name] = {"name": name, "in": "query", "required": False, "schema": schema}
+    example = contract.example_row(model)
+    for name in model.features.names:
+        value = feature_value(model, name, in_query=True)
+        if name in params:
+            shared = params[name]["schema"]
+            params[name]["schema"] = {"anyOf": [shared, value]}
+            params[name]["description"] = f"{name}: a feature, and a listing filter."
+        else:
+            params[name] = {"name": name, "in": "query", "required": False, "schema": value,
+                            "example": example[name]}  # fmt: skip
+    return list(params.values())
+
+
+_REF = re.compile(r"^#/components/schemas/(.+)$")
+
+
+def _prune(doc: dict[str, Any]) -> None:
+    """Drop component schemas nothing refers to any more (FastAPI's untyped ones)."""
+    schemas = doc.get("components", {}).get("schemas", {})
+    seen: set[str] = set()
+    todo = [doc["paths"]]
+    while todo:
+        node = todo.pop()
+        if isinstance(node, dict):
+            target = node.get("$ref")
+            match = _REF.match(target) if isinstance(target, str) else None
+            if match and match.group(1) not in seen and match.group(1) in schemas:
+                seen.add(match.group(1))
+                todo.append(schemas[match.group(1)])
+            todo.extend(node.values())
+        elif isinstance(node, list):
+            todo.extend(node)
+    for name in set(schemas) - seen:
+        del schemas[name]
