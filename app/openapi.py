@@ -21,6 +21,7 @@ from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 
 from app import contract
+from app.access import KeyRing, role_of
 from app.contract import STRING, Schema, feature_value, ref
 from app.observe import REQUEST_ID
 from app.runtime import LoadedModel
@@ -93,7 +94,8 @@ def install(app: FastAPI, service: Service) -> Callable[[], dict[str, Any]]:
             with lock:
                 doc = cache.get(key)
                 if doc is None:
-                    doc = build(app, model, service.settings.max_batch_rows)
+                    ring = KeyRing.from_settings(service.settings)
+                    doc = build(app, model, service.settings.max_batch_rows, ring)
                     cache.clear()  # only the version being served is ever asked for
                     cache[key] = doc
         return doc
@@ -102,7 +104,9 @@ def install(app: FastAPI, service: Service) -> Callable[[], dict[str, Any]]:
     return openapi
 
 
-def build(app: FastAPI, model: LoadedModel | None, max_rows: int) -> dict[str, Any]:
+def build(
+    app: FastAPI, model: LoadedModel | None, max_rows: int, ring: KeyRing | None = None
+) -> dict[str, Any]:
     """FastAPI's document with each operation's errors, and with ``model``'s types."""
     doc = get_openapi(
         title=app.title,
@@ -126,7 +130,7 @@ def build(app: FastAPI, model: LoadedModel | None, max_rows: int) -> dict[str, A
         op.setdefault("parameters", []).append(REQUEST_ID_HEADER)
         if model is not None:
             _typed(op, path, model)
-        _responses(op, path, method)
+        _responses(op, path, method, ring or KeyRing({}))
     _prune(doc)
     return doc
 
@@ -141,7 +145,16 @@ def _json(schema: Schema, description: str) -> dict[str, Any]:
     return {"description": description, "content": {"application/json": {"schema": schema}}}
 
 
-def _responses(op: dict[str, Any], path: str, method: str) -> None:
+def declared_errors(path: str, method: str, ring: KeyRing) -> list[int]:
+    """The error statuses an operation answers: its own, and 401/403 when its role has keys."""
+    statuses = set(ERRORS.get((path, method), (400,)))
+    role = role_of(path)
+    if role is not None and role in ring.keys:
+        statuses |= {401, 403}
+    return sorted(statuses)
+
+
+def _responses(op: dict[str, Any], path: str, method: str, ring: KeyRing) -> None:
     """Declare exactly the statuses this operation answers, errors in their route's schema."""
     error = ref("OipError" if path.startswith(OIP_PREFIX) else "ErrorBody")
     ok = op["responses"].get("200", {"description": "OK"})
@@ -151,7 +164,7 @@ def _responses(op: dict[str, Any], path: str, method: str) -> None:
         ok = {"description": "Prometheus text exposition.",
               "content": {"text/plain": {"schema": {"type": "string"}}}}  # fmt: skip
     out: dict[str, Any] = {"200": ok}
-    for status in ERRORS.get((path, method), (400,)):
+    for status in declared_errors(path, method, ring):
         if status == 503 and path in NOT_READY:
             out["503"] = _json(NOT_READY[path], "Not ready: loading, or draining after SIGTERM.")
         else:
@@ -163,11 +176,12 @@ def _responses(op: dict[str, Any], path: str, method: str) -> None:
 
 _ERROR_TEXT = {
     400: "Bad request: malformed JSON, or a bad X-Request-ID header.",
-    401: "Missing or wrong bearer token.",
+    401: "Missing or unknown key (or admin token).",
+    403: "A key of another role.",
     404: "Not found.",
     409: "The bundle failed verification; the serving version stays.",
     413: "Too large: the body or the number of rows.",
-    415: "Not application/json.",
+    415: "Not application/json, or a Content-Encoding other than gzip or deflate.",
     422: "Invalid input; the message names the field.",
     503: "Not ready, or the audit store is unavailable.",
 }

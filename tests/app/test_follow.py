@@ -6,6 +6,7 @@ import time
 from pathlib import Path
 
 import httpx
+import pytest
 from app_harness import UvicornProcess
 from app_support import Bundles
 from metrics_support import parse, total
@@ -37,6 +38,7 @@ def wait_for(url: str, version: str, timeout: float) -> float:
     raise AssertionError(f"still not all on {version} after {timeout} s: {answers(url)}")
 
 
+@pytest.mark.slow
 def test_two_workers_follow_promotion_and_refuse_a_bad_version(
     bundles: Bundles, store_copy: Path, tmp_path: Path
 ) -> None:

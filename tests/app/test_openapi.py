@@ -227,3 +227,19 @@ def test_regression_answers_match_their_document(
     for name, r in answers.items():
         assert r.status_code == 200, r.text
         validator(doc, name).validate(r.json())
+
+
+def test_keyed_routes_declare_401_and_403_only_when_keys_are_set(
+    odd_bundle: tuple[Path, Trained], tmp_path: Path
+) -> None:
+    store, _ = odd_bundle
+    settings = make_settings(store, tmp_path, "odd", api_keys="k-data", auditor_keys="k-audit")
+    with AsgiHarness(settings) as app:
+        keyed = app.get("/openapi.json").json()["paths"]
+    for path, method in (("/predict", "post"), ("/weights", "get"), ("/models", "get"),
+                         ("/v2/models/{name}/infer", "post")):  # fmt: skip
+        declared = {int(s) for s in keyed[path][method]["responses"]}
+        assert {401, 403} <= declared, path
+    for path in ("/livez", "/readyz", "/v2/models/{name}/ready"):
+        assert not {"401", "403"} & set(keyed[path]["get"]["responses"]), path
+    assert "401" not in keyed["/metrics"]["get"]["responses"]  # no metrics keys here

@@ -44,6 +44,7 @@ def _port_open(port: int) -> bool:
 
 @pytest.mark.slow
 @pytest.mark.timeout(900)
+@pytest.mark.slow
 def test_quick_run_measures_every_path(tmp_path: Path) -> None:
     if shutil.which("wrk") is None or shutil.which("h2load") is None:
         pytest.fail("wrk or h2load is missing; `make sysdeps` (run by `make test`) installs them")

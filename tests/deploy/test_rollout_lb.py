@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
+import pytest
 from deploy_support import REPO, Processes, Stage
 from lb_support import PREDICT, start_load_balancer, upstreams_of
 
@@ -79,6 +80,7 @@ def last_sent_with(answers: list[Answer], version: str, after: float, before: fl
     return max(times, default=after)
 
 
+@pytest.mark.slow
 def test_promote_then_rollback_under_load(
     procs: Processes,
     dockerfile: list[Stage],

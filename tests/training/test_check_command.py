@@ -45,6 +45,7 @@ def check(capsys: pytest.CaptureFixture[str], store: Path, csv: Path) -> tuple[i
     return code, out + err
 
 
+@pytest.mark.slow
 def test_the_training_file_replays_and_reproduces_the_metrics(
     trained: tuple[Path, Path], capsys: pytest.CaptureFixture[str]
 ) -> None:

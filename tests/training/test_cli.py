@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pytest
 
 from app.bundle.loader import open_bundle, resolve_version
 
@@ -24,6 +25,7 @@ def iabma(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.slow
 def test_train_the_simulation_demo(tmp_path) -> None:
     res = iabma(
         "train",
@@ -46,6 +48,7 @@ def test_train_the_simulation_demo(tmp_path) -> None:
     assert len(m.experts) == 5 and m.gate.inputs == ["f_x1", "f_x2"]
 
 
+@pytest.mark.slow
 def test_train_any_csv_regression(tmp_path) -> None:
     rng = np.random.default_rng(0)
     n = 300
@@ -85,6 +88,7 @@ def test_train_any_csv_regression(tmp_path) -> None:
     assert manifest["target"]["name"] == "price"
 
 
+@pytest.mark.slow
 def test_bad_arguments_exit_2_with_one_clear_line(tmp_path) -> None:
     df = pd.DataFrame({"a": range(60), "y": [0, 1] * 30})
     path = tmp_path / "d.csv"

@@ -31,6 +31,7 @@ def assert_clean_error(code: int, stderr: str, *fragments: str) -> None:
         assert fragment in lines[0], lines[0]
 
 
+@pytest.mark.slow
 def test_a_csv_sample_of_credit_g_runs_end_to_end(tmp_path, data_dir, bench_cache) -> None:
     df = pd.read_csv(data_dir / "credit-g.csv").sample(300, random_state=0)
     path = tmp_path / "credit_small.csv"

@@ -54,6 +54,7 @@ def assert_parity(est, store, X) -> None:
         assert np.abs(pred.mean - est.distribution(X).mean).max() <= 1e-5 * max(1, est.y_scale_)
 
 
+@pytest.mark.slow
 def test_xgboost_experts_export_with_parity(tmp_path) -> None:
     X, y_cls, y_reg = mixed_frame()
     cls = IABMAClassifier(

@@ -80,11 +80,12 @@ def copy_of(tmp_path):
     def make(bundle: Path) -> Path:
         import shutil
 
-        dst = tmp_path / "store" / "m" / "v1"
+        # Under its own version's name: a manifest naming another directory is refused.
+        dst = tmp_path / "store" / "m" / bundle.name
         shutil.copytree(bundle, dst)
         for f in dst.rglob("*"):
             f.chmod(0o644 if f.is_file() else 0o755)
-        (dst.parent / "LATEST").write_text("v1\n")
+        (dst.parent / "LATEST").write_text(bundle.name + "\n")
         return dst
 
     return make
