@@ -37,7 +37,7 @@ def test_a_port_in_use_stops_start_up_with_one_line(bundles: Bundles, tmp_path: 
     port = taken.getsockname()[1]
     try:
         server = serve(bundles, "demo", tmp_path, IABMA_GRPC_PORT=str(port))
-        refused = pytest.raises(RuntimeError, match="IABMA_GRPC_PORT: cannot listen on")
+        refused = pytest.raises(AssertionError, match="IABMA_GRPC_PORT: cannot listen on")
         with server.proc, refused:
             server.proc.wait_ready(timeout=60)
     finally:
@@ -67,7 +67,8 @@ def test_grpc_joins_the_drain(bundles: Bundles, tmp_path: Path) -> None:
         # Still answering while draining, and audited.
         assert client.infer("demo", inputs).as_numpy("weights").shape == (2, 5)
         # No second signal: the server stops by itself once the drain time is over.
-        _, err = server.proc.proc.communicate(timeout=30)
+        server.proc.proc.wait(timeout=30)
+        _, err = server.proc.output()
         assert server.proc.proc.returncode in (0, -signal.SIGTERM), err
         assert "Application shutdown complete" in err
     assert server.audit_rows() == 1
