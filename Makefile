@@ -33,10 +33,13 @@ serve: $(VENV)/.train $(STORE)/$(NAME)/LATEST
 	$(BIN)/iabma serve --store $(STORE) --name $(NAME) --host $(HOST) --port $(PORT)
 
 # nginx (the compose load balancer, run for real by the tests), docker-compose (offline
-# `docker-compose config`), wrk (bounded load tests on 127.0.0.1).
+# `docker-compose config`), wrk (bounded load tests on 127.0.0.1), chromium and its driver
+# (the audit console's browser tests).
 sysdeps:
 	@command -v nginx >/dev/null && command -v docker-compose >/dev/null && command -v wrk >/dev/null \
-	  || { $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq nginx docker-compose wrk >/dev/null; }
+	  && command -v chromium >/dev/null && command -v chromedriver >/dev/null \
+	  || { $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq nginx docker-compose wrk \
+	       chromium chromium-driver >/dev/null; }
 
 lint: $(VENV)/.dev
 	$(BIN)/ruff check app training tests bench
