@@ -67,42 +67,60 @@ def _edges(lo: int, hi: int, buckets: int) -> np.ndarray:
     return lo + width * np.arange(buckets + 1, dtype=np.int64)
 
 
+def _fetch(store: AuditStore, query: Any) -> list[tuple[Any, ...]]:
+    """Plain DBAPI tuples: at 10k records, building SQLAlchemy rows costs more than the scan."""
+    with store.engine.connect() as conn:
+        return list(conn.execute(query).cursor.fetchall())
+
+
 def timeline(store: AuditStore, flt: RecordFilter, buckets: int = MAX_BUCKETS) -> dict[str, Any]:
     """Buckets of equal width from ``since`` (or the first record) to ``until`` (or just
     past the last); each holds its records' totals, as ``Totals.json``."""
     c = records.c
-    query = select(
-        c.created_us, c.version, c.experts, c.n_instances, c.weight_sums, c.top_counts
-    ).where(*flt.conditions())
-    with store.engine.connect() as conn:
-        rows = conn.execute(query).all()
-    experts: list[str] = []
-    for text in dict.fromkeys(r.experts for r in rows):
-        experts.extend(n for n in json.loads(text) if n not in experts)
-    if not rows:
+    where = flt.conditions()
+    # One small query for the (experts, version) groups and the time span, then one scan
+    # per group: no per-record Python beyond unpacking the rows.
+    groups = _fetch(
+        store,
+        select(c.experts, c.version, func.count(), func.min(c.created_us), func.max(c.created_us))
+        .where(*where)
+        .group_by(c.experts, c.version),
+    )
+    if not groups:
         return {"experts": [], "buckets": [], "versions": {}, "overall": Totals().json([])}
-    times = np.fromiter((r.created_us for r in rows), np.int64, len(rows))
-    lo = flt.since_us if flt.since_us is not None else int(times.min())
-    hi = flt.until_us if flt.until_us is not None else int(times.max()) + 1
-    edges = _edges(lo, hi, max(1, min(buckets, len(rows))))
-    index = np.clip(np.searchsorted(edges, times, side="right") - 1, 0, len(edges) - 2)
+    experts: list[str] = []
+    for text in dict.fromkeys(g[0] for g in groups):
+        experts.extend(e for e in json.loads(text) if e not in experts)
+    total = sum(int(g[2]) for g in groups)
+    lo = flt.since_us if flt.since_us is not None else min(int(g[3]) for g in groups)
+    hi = flt.until_us if flt.until_us is not None else max(int(g[4]) for g in groups) + 1
+    edges = _edges(lo, hi, max(1, min(buckets, total)))
     per_bucket = [Totals() for _ in range(len(edges) - 1)]
     per_version: dict[str, Totals] = {}
     overall = Totals()
-    # One numpy sum per (bucket, version, experts) group rather than a Python loop per expert
-    # per record: 10k records are a few hundred groups.
-    groups: dict[tuple[int, str, str], list[Any]] = {}
-    for b, r in zip(index.tolist(), rows, strict=True):
-        groups.setdefault((b, r.version, r.experts), []).append(r)
-    for (b, version, names_text), members in groups.items():
+    part = select(c.created_us, c.n_instances, c.weight_sums, c.top_counts)
+    for names_text, version, _count, _lo, _hi in groups:
+        rows = _fetch(store, part.where(*where, c.experts == names_text, c.version == version))
+        if not rows:
+            continue  # written off between the two queries? The trail only grows; be safe.
+        times_l, n_l, sums_l, tops_l = zip(*rows, strict=True)
         names = json.loads(names_text)
         m = len(names)
-        weight = np.frombuffer(b"".join(r.weight_sums for r in members), "<f8").reshape(-1, m)
-        top = np.frombuffer(b"".join(r.top_counts for r in members), "<i8").reshape(-1, m)
-        n = sum(int(r.n_instances) for r in members)
-        w, t = weight.sum(axis=0), top.sum(axis=0)
-        for totals in (per_bucket[b], per_version.setdefault(version, Totals()), overall):
-            totals.add(names, w, t, n, len(members))
+        n = np.asarray(n_l, dtype=np.float64)
+        weight = np.frombuffer(b"".join(sums_l), "<f8").reshape(-1, m)
+        top = np.frombuffer(b"".join(tops_l), "<i8").reshape(-1, m)
+        times = np.asarray(times_l, dtype=np.int64)
+        keys = np.clip(np.searchsorted(edges, times, side="right") - 1, 0, len(edges) - 2)
+        size = len(per_bucket)
+        w = np.column_stack([np.bincount(keys, weight[:, j], size) for j in range(m)])
+        t = np.column_stack([np.bincount(keys, top[:, j], size) for j in range(m)])
+        rows_in = np.bincount(keys, n, size)
+        count = np.bincount(keys, minlength=size)
+        for k in np.flatnonzero(count):
+            per_bucket[k].add(names, w[k], t[k], int(rows_in[k]), int(count[k]))
+        summed = (names, weight.sum(axis=0), top.sum(axis=0), int(n.sum()), len(rows))
+        per_version.setdefault(version, Totals()).add(*summed)
+        overall.add(*summed)
     return {
         "experts": experts,
         "buckets": [
@@ -123,6 +141,9 @@ def version_changes(store: AuditStore, flt: RecordFilter) -> list[dict[str, Any]
     ``IABMA_AUDIT_PAYLOAD=off``; the last record of an input under a version counts.
     """
     c = records.c
+    versions = select(c.version).where(*flt.conditions()).distinct().limit(2)
+    if len(_fetch(store, versions)) < 2:
+        return []
     query = (
         select(c.version, c.input_hash, c.top_expert)
         .where(*flt.conditions(), c.input_hash.is_not(None))
@@ -130,12 +151,11 @@ def version_changes(store: AuditStore, flt: RecordFilter) -> list[dict[str, Any]
     )
     order: list[str] = []
     seen: dict[str, dict[str, str]] = {}
-    with store.engine.connect() as conn:
-        for version, digest, top in conn.execute(query):
-            if version not in seen:
-                order.append(version)
-                seen[version] = {}
-            seen[version][digest] = top
+    for version, digest, top in _fetch(store, query):
+        if version not in seen:
+            order.append(version)
+            seen[version] = {}
+        seen[version][digest] = top
     out = []
     for old, new in itertools.pairwise(order):
         shared = seen[old].keys() & seen[new].keys()
