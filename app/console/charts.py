@@ -7,7 +7,7 @@ the chart has a text alternative and a test can check the drawing against the JS
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 # Okabe-Ito: told apart with the common colour-vision deficiencies.
@@ -51,7 +51,7 @@ class LineChart:
 
 
 def line_chart(
-    x: Sequence[float], series: dict[str, Sequence[float | None]], x_labels: Sequence[str]
+    x: Sequence[float], series: Mapping[str, Sequence[float | None]], x_labels: Sequence[str]
 ) -> LineChart:
     """Values in [0, 1] against ``x``; a missing value breaks the line."""
     right, bottom = WIDTH - RIGHT, HEIGHT - BOTTOM
@@ -66,7 +66,8 @@ def line_chart(
 
     drawn = []
     for j, (name, values) in enumerate(series.items()):
-        paths, run = [], []
+        paths: list[str] = []
+        run: list[str] = []
         for xv, v in zip(x, values, strict=True):
             if v is None:
                 if run:
