@@ -141,9 +141,6 @@ def version_changes(store: AuditStore, flt: RecordFilter) -> list[dict[str, Any]
     ``IABMA_AUDIT_PAYLOAD=off``; the last record of an input under a version counts.
     """
     c = records.c
-    versions = select(c.version).where(*flt.conditions()).distinct().limit(2)
-    if len(_fetch(store, versions)) < 2:
-        return []
     query = (
         select(c.version, c.input_hash, c.top_expert)
         .where(*flt.conditions(), c.input_hash.is_not(None))

@@ -108,7 +108,11 @@ async def timeline(service: Service, model: LoadedModel, query: Mapping[str, str
     filters = parse_filters(model, query, 1)
     store = service.require_store()
     data = await service.read_store(queries.timeline, store, filters.record_filter)
-    changes = await service.read_store(queries.version_changes, store, filters.record_filter)
+    changes = (
+        await service.read_store(queries.version_changes, store, filters.record_filter)
+        if len(data["versions"]) > 1
+        else []
+    )
     experts = data["experts"]
     buckets = data["buckets"]
     x = [float(i) for i in range(len(buckets))]
