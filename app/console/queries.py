@@ -73,52 +73,59 @@ def _fetch(store: AuditStore, query: Any) -> list[tuple[Any, ...]]:
         return list(conn.execute(query).cursor.fetchall())
 
 
+def _groups(experts: tuple[str, ...], versions: tuple[str, ...]) -> dict[tuple[str, str], Any]:
+    """Each (experts, version) pair's record positions; one pair is the common case."""
+    pairs: dict[tuple[str, str], int] = {}
+    codes = [pairs.setdefault(pair, len(pairs)) for pair in zip(experts, versions, strict=True)]
+    if len(pairs) == 1:
+        return {next(iter(pairs)): slice(None)}
+    array = np.asarray(codes)
+    return {pair: np.flatnonzero(array == code) for pair, code in pairs.items()}
+
+
+def _take(values: tuple[Any, ...], pick: Any) -> Any:
+    return values[pick] if isinstance(pick, slice) else [values[i] for i in pick]
+
+
 def timeline(store: AuditStore, flt: RecordFilter, buckets: int = MAX_BUCKETS) -> dict[str, Any]:
     """Buckets of equal width from ``since`` (or the first record) to ``until`` (or just
     past the last); each holds its records' totals, as ``Totals.json``."""
     c = records.c
-    where = flt.conditions()
-    # One small query for the (experts, version) groups and the time span, then one scan
-    # per group: no per-record Python beyond unpacking the rows.
-    groups = _fetch(
-        store,
-        select(c.experts, c.version, func.count(), func.min(c.created_us), func.max(c.created_us))
-        .where(*where)
-        .group_by(c.experts, c.version),
-    )
-    if not groups:
+    query = select(
+        c.created_us, c.experts, c.version, c.n_instances, c.weight_sums, c.top_counts
+    ).where(*flt.conditions())
+    rows = _fetch(store, query)
+    if not rows:
         return {"experts": [], "buckets": [], "versions": {}, "overall": Totals().json([])}
+    times_l, experts_l, versions_l, n_l, sums_l, tops_l = zip(*rows, strict=True)
+    all_times = np.asarray(times_l, dtype=np.int64)
+    all_n = np.asarray(n_l, dtype=np.float64)
+    lo = flt.since_us if flt.since_us is not None else int(all_times.min())
+    hi = flt.until_us if flt.until_us is not None else int(all_times.max()) + 1
+    edges = _edges(lo, hi, max(1, min(buckets, len(rows))))
+    all_keys = np.clip(np.searchsorted(edges, all_times, side="right") - 1, 0, len(edges) - 2)
+    groups = _groups(experts_l, versions_l)
     experts: list[str] = []
-    for text in dict.fromkeys(g[0] for g in groups):
-        experts.extend(e for e in json.loads(text) if e not in experts)
-    total = sum(int(g[2]) for g in groups)
-    lo = flt.since_us if flt.since_us is not None else min(int(g[3]) for g in groups)
-    hi = flt.until_us if flt.until_us is not None else max(int(g[4]) for g in groups) + 1
-    edges = _edges(lo, hi, max(1, min(buckets, total)))
+    for names_text, _version in groups:
+        experts.extend(e for e in json.loads(names_text) if e not in experts)
     per_bucket = [Totals() for _ in range(len(edges) - 1)]
     per_version: dict[str, Totals] = {}
     overall = Totals()
-    part = select(c.created_us, c.n_instances, c.weight_sums, c.top_counts)
-    for names_text, version, _count, _lo, _hi in groups:
-        rows = _fetch(store, part.where(*where, c.experts == names_text, c.version == version))
-        if not rows:
-            continue  # written off between the two queries? The trail only grows; be safe.
-        times_l, n_l, sums_l, tops_l = zip(*rows, strict=True)
+    size = len(per_bucket)
+    # Each group's records are summed as one array per bucket, with no per-record Python.
+    for (names_text, version), pick in groups.items():
         names = json.loads(names_text)
         m = len(names)
-        n = np.asarray(n_l, dtype=np.float64)
-        weight = np.frombuffer(b"".join(sums_l), "<f8").reshape(-1, m)
-        top = np.frombuffer(b"".join(tops_l), "<i8").reshape(-1, m)
-        times = np.asarray(times_l, dtype=np.int64)
-        keys = np.clip(np.searchsorted(edges, times, side="right") - 1, 0, len(edges) - 2)
-        size = len(per_bucket)
+        weight = np.frombuffer(b"".join(_take(sums_l, pick)), "<f8").reshape(-1, m)
+        top = np.frombuffer(b"".join(_take(tops_l, pick)), "<i8").reshape(-1, m)
+        keys, n = all_keys[pick], all_n[pick]
         w = np.column_stack([np.bincount(keys, weight[:, j], size) for j in range(m)])
         t = np.column_stack([np.bincount(keys, top[:, j], size) for j in range(m)])
         rows_in = np.bincount(keys, n, size)
         count = np.bincount(keys, minlength=size)
         for k in np.flatnonzero(count):
             per_bucket[k].add(names, w[k], t[k], int(rows_in[k]), int(count[k]))
-        summed = (names, weight.sum(axis=0), top.sum(axis=0), int(n.sum()), len(rows))
+        summed = (names, weight.sum(axis=0), top.sum(axis=0), int(n.sum()), len(keys))
         per_version.setdefault(version, Totals()).add(*summed)
         overall.add(*summed)
     return {
