@@ -63,6 +63,20 @@ def browser() -> Iterator[object]:
         driver.quit()  # type: ignore[attr-defined]
 
 
+def follow(d: object, element: object) -> None:
+    """Click ``element`` and wait until the page it leads to has replaced this one (a
+    script's navigation is not awaited by the click itself)."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions as ec
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    old = d.find_element(By.TAG_NAME, "html")  # type: ignore[attr-defined]
+    element.click()  # type: ignore[attr-defined]
+    wait = WebDriverWait(d, 15)
+    wait.until(ec.staleness_of(old))
+    wait.until(lambda drv: drv.execute_script("return document.readyState") == "complete")
+
+
 def auditor_get(server: UvicornProcess, path: str, **params: str) -> dict:
     r = httpx.get(
         server.base_url + path, params=params, headers={"Authorization": f"Bearer {AUDITOR}"}
@@ -79,11 +93,11 @@ def test_the_console_in_a_browser(server: UvicornProcess, browser: object) -> No
     d.get(server.base_url + "/audit")  # type: ignore[attr-defined]
     assert "Sign in" in d.title, "without the key: the sign-in form"
     d.find_element(By.ID, "key").send_keys(API)
-    d.find_element(By.CSS_SELECTOR, "#login-form button").click()
+    follow(d, d.find_element(By.CSS_SELECTOR, "#login-form button"))
     assert "Sign in" in d.title, "a prediction key does not open the console"
     assert "needs the auditor role" in d.find_element(By.CSS_SELECTOR, ".error").text
     d.find_element(By.ID, "key").send_keys(AUDITOR)
-    d.find_element(By.CSS_SELECTOR, "#login-form button").click()
+    follow(d, d.find_element(By.CSS_SELECTOR, "#login-form button"))
     assert d.title.startswith("Recent decisions"), d.title
     assert "60 records match" in d.find_element(By.ID, "record-count").text
     expected = [e["message"] for e in d.get_log("browser")]  # the 401 and 403 above
@@ -93,7 +107,7 @@ def test_the_console_in_a_browser(server: UvicornProcess, browser: object) -> No
     aggregate = auditor_get(server, "/weights")["aggregate"]["experts"]
     expert = max(aggregate, key=lambda e: aggregate[e]["argmax_share"])
     Select(d.find_element(By.ID, "expert")).select_by_value(expert)
-    d.find_element(By.ID, "apply").click()
+    follow(d, d.find_element(By.ID, "apply"))
     tops = [td.text for td in d.find_elements(By.CSS_SELECTOR, "#decisions td.top-expert")]
     listing = auditor_get(server, "/weights", expert=expert, limit="1000")
     assert tops and set(tops) == {expert}
@@ -102,7 +116,7 @@ def test_the_console_in_a_browser(server: UvicornProcess, browser: object) -> No
     # Open a record by clicking its row (not its link): the page shows /weights' weights.
     row = d.find_elements(By.CSS_SELECTOR, "#decisions tbody tr")[1]
     rid = row.find_element(By.CSS_SELECTOR, "a.rid").text
-    row.find_element(By.CSS_SELECTOR, "td.top-expert").click()
+    follow(d, row.find_element(By.CSS_SELECTOR, "td.top-expert"))
     assert d.find_element(By.ID, "request-id").text == rid
     stored = auditor_get(server, "/weights", request_id=rid)
     rows = d.find_elements(By.CSS_SELECTOR, "#record-weights tbody tr")
@@ -119,11 +133,11 @@ def test_the_console_in_a_browser(server: UvicornProcess, browser: object) -> No
             )
 
     # Probe the gate by keyboard-free form filling: the same weights as /weights?<features>.
-    d.find_element(By.LINK_TEXT, "Probe the gate").click()
+    follow(d, d.find_element(By.LINK_TEXT, "Probe the gate"))
     d.find_element(By.CSS_SELECTOR, "[data-feature='x1']").send_keys("0.7")
     d.find_element(By.CSS_SELECTOR, "[data-feature='x2']").send_keys("-0.25")
     Select(d.find_element(By.ID, "sweep")).select_by_value("x1")
-    d.find_element(By.ID, "run-probe").click()
+    follow(d, d.find_element(By.ID, "run-probe"))
     gate = auditor_get(server, "/weights", x1="0.7", x2="-0.25")
     cells = d.find_elements(By.CSS_SELECTOR, "#probe-weights td.weight")
     shown = {c.get_attribute("data-expert"): float(c.get_attribute("data-value")) for c in cells}
@@ -137,7 +151,7 @@ def test_the_console_in_a_browser(server: UvicornProcess, browser: object) -> No
     assert after == 60, "the probe was not audited"
 
     for link in ("Weights over time", "The bundle"):
-        d.find_element(By.LINK_TEXT, link).click()
+        follow(d, d.find_element(By.LINK_TEXT, link))
         assert d.title.startswith(link), d.title
 
     messages = d.get_log("browser")
