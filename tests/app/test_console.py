@@ -220,3 +220,16 @@ def test_the_bundle_page_lists_the_store_s_versions(console: Any, bundles: Bundl
     rows = [[c.text or "" for c in tr] for tr in table.find("tbody")]
     assert [row[0] for row in rows] == [bundles.demo.version]
     assert rows[0][2] == "LATEST" and rows[0][3] == "yes"
+
+
+def test_only_the_console_s_sign_in_and_assets_are_open() -> None:
+    from app.access import Role, presented_key, role_of
+
+    for path in ("/audit/login", "/audit/logout", "/audit/static/console.css"):
+        assert role_of(path) is None, path
+    for path in ("/audit", "/audit/record", "/audit/timeline.json", "/audit/probe"):
+        assert role_of(path) is Role.AUDITOR, path
+    cookie = [(b"cookie", f"other=1; {CONSOLE_COOKIE}=a%20key".encode())]
+    assert presented_key(cookie, "/audit/timeline") == "a key"
+    assert presented_key(cookie, "/weights") is None, "the cookie opens only the console"
+    assert presented_key([*cookie, (b"x-api-key", b"header")], "/audit") == "header"
