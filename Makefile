@@ -38,11 +38,13 @@ serve: $(VENV)/.train $(STORE)/$(NAME)/LATEST
 
 # nginx (the compose load balancer, run for real by the tests), docker-compose (offline
 # `docker-compose config`), wrk and h2load (bounded load tests on 127.0.0.1; h2load, from
-# nghttp2-client, loads the gRPC port).
+# nghttp2-client, loads the gRPC port), chromium and its driver (the audit console's
+# browser tests).
 sysdeps:
 	@command -v nginx >/dev/null && command -v docker-compose >/dev/null && command -v wrk >/dev/null \
-	  && command -v h2load >/dev/null \
-	  || { $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq nginx docker-compose wrk nghttp2-client >/dev/null; }
+	  && command -v h2load >/dev/null && command -v chromium >/dev/null && command -v chromedriver >/dev/null \
+	  || { $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq nginx docker-compose wrk \
+	       nghttp2-client chromium chromium-driver >/dev/null; }
 
 lint: $(VENV)/.dev
 	$(BIN)/ruff check app training tests bench

@@ -4,7 +4,8 @@ Each protected route belongs to one role. A role with no keys configured is open
 that the auditor role falls back to the API keys: setting ``IABMA_API_KEYS`` alone must
 not leave ``/weights`` (which can return raw inputs) open to anyone holding nothing.
 
-A key is sent as ``Authorization: Bearer <key>`` or ``X-API-Key: <key>``. A missing or
+A key is sent as ``Authorization: Bearer <key>`` or ``X-API-Key: <key>``; under ``/audit``
+(the console, used from a browser) also as the HttpOnly cookie its login form sets. A missing or
 unknown key is 401 with ``WWW-Authenticate: Bearer``; a valid key of another role is 403.
 Keys are compared as sha256 digests with :func:`hmac.compare_digest` against every
 configured key, so the time taken says nothing about how much of a key was right, nor
@@ -16,8 +17,10 @@ from __future__ import annotations
 import hashlib
 import hmac
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
+from urllib.parse import unquote
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -35,6 +38,10 @@ class Role(Enum):
 # The OIP model's readiness answers probes (KServe's own), like the health routes.
 _OIP_READY = re.compile(r"^/v2/models/[^/]+(?:/versions/[^/]+)?/ready$")
 _OIP_MODEL = re.compile(r"^/v2/models/[^/]+(?:/versions/[^/]+)?(?:/infer)?$")
+CONSOLE = "/audit"
+CONSOLE_COOKIE = "iabma_auditor"
+# The console's login form, its logout and its stylesheet and script hold no audit data.
+_CONSOLE_OPEN = ("/audit/login", "/audit/logout")
 
 
 def role_of(path: str) -> Role | None:
@@ -43,7 +50,9 @@ def role_of(path: str) -> Role | None:
         return Role.DATA
     if path == "/v2" or (_OIP_MODEL.match(path) and not _OIP_READY.match(path)):
         return Role.DATA
-    if path == "/weights" or path == "/audit" or path.startswith("/audit/"):
+    if path in _CONSOLE_OPEN or path.startswith("/audit/static/"):
+        return None
+    if path == "/weights" or path == CONSOLE or path.startswith(CONSOLE + "/"):
         return Role.AUDITOR
     if path == "/metrics":
         return Role.METRICS
@@ -103,8 +112,10 @@ class KeyRing:
         raise Unauthorized("unknown key", "header Authorization")
 
 
-def presented_key(headers: list[tuple[bytes, bytes]]) -> str | None:
-    """The key from ``Authorization: Bearer`` or ``X-API-Key``, if either is present."""
+def presented_key(headers: list[tuple[bytes, bytes]], path: str = "") -> str | None:
+    """The key from ``Authorization: Bearer`` or ``X-API-Key``, if either is present; under
+    ``/audit``, else from the console's cookie."""
+    cookie = None
     for name, value in headers:
         if name == b"authorization":
             scheme, _, token = value.decode("latin-1").partition(" ")
@@ -112,23 +123,50 @@ def presented_key(headers: list[tuple[bytes, bytes]]) -> str | None:
                 return token.strip()
         elif name == b"x-api-key" and value.strip():
             return value.decode("latin-1").strip()
+        elif name == b"cookie":
+            cookie = cookie or _console_cookie(value.decode("latin-1"))
+    in_console = path == CONSOLE or path.startswith(CONSOLE + "/")
+    return cookie if in_console else None
+
+
+def _console_cookie(header: str) -> str | None:
+    for part in header.split(";"):
+        name, _, value = part.strip().partition("=")
+        if name == CONSOLE_COOKIE and value:
+            return unquote(value)
     return None
+
+
+# Builds the answer to a refused console request from a browser (a login form, still 401).
+RefusalPage = Callable[[Exception], ASGIApp]
 
 
 class AccessGuard:
     """Pure ASGI middleware: refuses a request before any body is read."""
 
-    def __init__(self, app: ASGIApp, ring: KeyRing) -> None:
+    def __init__(self, app: ASGIApp, ring: KeyRing, console: RefusalPage | None = None) -> None:
         self.app = app
         self.ring = ring
+        self.console = console
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and scope["method"] != "OPTIONS":
             role = role_of(scope["path"])
             if role is not None and role in self.ring.keys:
+                path = scope["path"]
                 try:
-                    self.ring.check(role, presented_key(scope["headers"]))
+                    self.ring.check(role, presented_key(scope["headers"], path))
                 except (Unauthorized, Forbidden) as exc:
-                    await error_response(exc, scope["path"])(scope, receive, send)
+                    if self.console is not None and _wants_html(scope, path):
+                        await self.console(exc)(scope, receive, send)
+                    else:
+                        await error_response(exc, path)(scope, receive, send)
                     return
         await self.app(scope, receive, send)
+
+
+def _wants_html(scope: Scope, path: str) -> bool:
+    if not (path == CONSOLE or path.startswith(CONSOLE + "/")):
+        return False
+    accept = dict(scope["headers"]).get(b"accept", b"")
+    return b"text/html" in accept

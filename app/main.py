@@ -24,7 +24,7 @@ from app.logs import setup_logging
 from app.observe import RequestObserver
 from app.openapi import install as install_openapi
 from app.responses import install_error_handlers
-from app.routes import admin, health, metrics, oip, predict, weights
+from app.routes import admin, console, health, metrics, oip, predict, weights
 from app.service import Service
 from app.settings import Settings, load_settings
 from app.tracing import from_environment as tracing_from_environment
@@ -118,7 +118,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         log.warning("IABMA_AUDIT_PAYLOAD=full and no auditor or API keys: /weights is open")
     # Starlette runs the last middleware added first: CORS answers preflights before keys
     # are asked for, and the observer gives refused requests an id, a log line and metrics.
-    app.add_middleware(AccessGuard, ring=ring)
+    app.add_middleware(AccessGuard, ring=ring, console=console.refusal_page)
     origins = [o.strip() for o in settings.cors_origins.split(",") if o.strip()]
     if origins:
         app.add_middleware(
@@ -131,7 +131,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         )  # fmt: skip
     app.add_middleware(RequestObserver, service=service)
     service.tracing.install(app)  # outermost: the server span covers our middleware too
-    routers = [predict, weights, health, admin, oip]
+    routers = [predict, weights, health, admin, oip, console]
     if settings.metrics_port is None:
         routers.append(metrics)
     for module in routers:

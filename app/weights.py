@@ -46,7 +46,7 @@ def _single(items: Sequence[tuple[str, str]]) -> dict[str, str]:
     return params
 
 
-def _time_us(name: str, text: str) -> int:
+def parse_time_us(name: str, text: str) -> int:
     try:
         stamp = datetime.fromisoformat(text)
     except ValueError:
@@ -148,8 +148,8 @@ def _gate(service: Service, params: dict[str, str], request_id: str) -> dict[str
 
 async def _page(service: Service, params: dict[str, str]) -> dict[str, Any]:
     model = service.runtime.require()
-    since = _time_us("since", params["since"]) if "since" in params else None
-    until = _time_us("until", params["until"]) if "until" in params else None
+    since = parse_time_us("since", params["since"]) if "since" in params else None
+    until = parse_time_us("until", params["until"]) if "until" in params else None
     if since is not None and until is not None and since >= until:
         raise InvalidInput([Fault("invalid_value", "until", "must be later than since")])
     expert = params.get("expert")

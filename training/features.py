@@ -69,6 +69,23 @@ def _cell_kind(v: object, rule: Normaliser) -> str:
     return "text"
 
 
+def _numeric_spec(name: str, graph: str, values: Sequence[object], rule: Normaliser) -> FeatureSpec:
+    """A numeric column with its training range (numbers written as text included)."""
+    numbers = []
+    for v in values:
+        if _is_number(v):
+            numbers.append(float(v))  # type: ignore[arg-type]
+        elif (
+            isinstance(v, str)
+            and (text := rule.text(v)) is not None
+            and (parsed := rule.number_text(text)) is not None
+        ):
+            numbers.append(parsed)
+    finite = [x for x in numbers if math.isfinite(x)]
+    low, high = (min(finite), max(finite)) if finite else (None, None)
+    return FeatureSpec(name=name, input=graph, dtype="float", low=low, high=high)
+
+
 def _category_text(v: object, rule: Normaliser) -> str | None:
     """A training cell as category text: normalised strings, numbers as ``str(v)``."""
     if isinstance(v, str):
@@ -247,7 +264,7 @@ def _infer_one(
         if col.isna().all():
             raise ParameterError("X", name, "is empty: every value is missing; drop the column")
         if not forced:
-            return FeatureSpec(name=name, input=graph, dtype="float")
+            return _numeric_spec(name, graph, col.tolist(), rule)
         values = col.tolist()
     else:
         values = col.tolist()
@@ -256,7 +273,7 @@ def _infer_one(
         if kinds["text"] == 0:
             if kinds["number"] == 0:
                 raise ParameterError("X", name, "is empty: every value is missing; drop the column")
-            return FeatureSpec(name=name, input=graph, dtype="float")
+            return _numeric_spec(name, graph, values, rule)
         _warn_mostly_numeric(name, values, kinds, rule)
     texts = [t for v in values if (t := _category_text(v, rule)) is not None]
     counts = Counter(texts)

@@ -59,6 +59,7 @@ class RecordFilter:
     since_us: int | None = None
     until_us: int | None = None
     expert: str | None = None
+    version: str | None = None  # the audit console's filter; GET /weights has none
     limit: int = 100
     cursor: tuple[int, int] | None = None
 
@@ -71,6 +72,8 @@ class RecordFilter:
             out.append(c.created_us < self.until_us)
         if self.expert is not None:
             out.append(c.top_expert == self.expert)
+        if self.version is not None:
+            out.append(c.version == self.version)
         return out
 
 

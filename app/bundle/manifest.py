@@ -50,7 +50,9 @@ class FeatureSpec(_Strict):
     ONNX graph input that carries it (a sanitised, unique identifier: user names may hold
     any character, and two of them can sanitise alike). ``categories`` lists the values
     seen in training; with ``other`` set, the column was capped at training time and every
-    other value shares the ``__other__`` bucket.
+    other value shares the ``__other__`` bucket. ``low`` and ``high`` are a numeric
+    column's smallest and largest training values (the audit console sweeps between
+    them); bundles written before they were recorded leave them out.
     """
 
     name: str = Field(min_length=1)
@@ -58,6 +60,8 @@ class FeatureSpec(_Strict):
     dtype: Literal["float", "string"]
     categories: list[str] | None = None
     other: bool = False
+    low: float | None = None
+    high: float | None = None
 
     @field_validator("input")
     @classmethod
@@ -72,6 +76,10 @@ class FeatureSpec(_Strict):
             raise ValueError(f"categorical feature {self.name!r} needs its categories")
         if self.dtype == "float" and (self.categories is not None or self.other):
             raise ValueError(f"numeric feature {self.name!r} cannot have categories")
+        if self.dtype == "string" and (self.low is not None or self.high is not None):
+            raise ValueError(f"categorical feature {self.name!r} cannot have a numeric range")
+        if self.low is not None and self.high is not None and self.low > self.high:
+            raise ValueError(f"feature {self.name!r}: low must not exceed high")
         return self
 
 

@@ -1,0 +1,113 @@
+"""Geometry for the console's inline SVG: line charts of weights and the per-row weight bar.
+
+The templates draw what these return; every drawn series also carries its values as text
+(``data-values``), and the templates put the same numbers in a table beside the chart, so
+the chart has a text alternative and a test can check the drawing against the JSON.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+# Okabe-Ito: told apart with the common colour-vision deficiencies.
+PALETTE = ("#0072b2", "#e69f00", "#009e73", "#cc79a7", "#56b4e9", "#d55e00", "#f0e442", "#000")
+WIDTH, HEIGHT = 640, 220
+LEFT, RIGHT, TOP, BOTTOM = 44, 12, 10, 28
+DASHES = ("", "6 3", "2 3", "8 3 2 3")
+
+
+def colour(j: int) -> str:
+    return PALETTE[j % len(PALETTE)]
+
+
+def value_text(v: float | None) -> str:
+    return "-" if v is None else repr(float(v))
+
+
+@dataclass(frozen=True)
+class Series:
+    name: str
+    colour: str
+    dash: str
+    paths: list[str]  # one polyline per unbroken run of values
+    values: str  # every value as text, "-" where there is none
+
+
+@dataclass(frozen=True)
+class Tick:
+    at: float
+    label: str
+
+
+@dataclass(frozen=True)
+class LineChart:
+    width: int
+    height: int
+    series: list[Series]
+    x_ticks: list[Tick]
+    y_ticks: list[Tick]
+    plot: tuple[int, int, int, int]  # left, top, right, bottom
+
+
+def line_chart(
+    x: Sequence[float], series: Mapping[str, Sequence[float | None]], x_labels: Sequence[str]
+) -> LineChart:
+    """Values in [0, 1] against ``x``; a missing value breaks the line."""
+    right, bottom = WIDTH - RIGHT, HEIGHT - BOTTOM
+    lo, hi = (min(x), max(x)) if x else (0.0, 1.0)
+    span = (hi - lo) or 1.0
+
+    def px(v: float) -> float:
+        return LEFT + (v - lo) / span * (right - LEFT)
+
+    def py(v: float) -> float:
+        return bottom - min(max(v, 0.0), 1.0) * (bottom - TOP)
+
+    drawn = []
+    for j, (name, values) in enumerate(series.items()):
+        paths: list[str] = []
+        run: list[str] = []
+        for xv, v in zip(x, values, strict=True):
+            if v is None:
+                if run:
+                    paths.append(" ".join(run))
+                run = []
+            else:
+                run.append(f"{px(xv):.1f},{py(v):.1f}")
+        if run:
+            paths.append(" ".join(run))
+        drawn.append(
+            Series(
+                name,
+                colour(j),
+                DASHES[j % len(DASHES)],
+                paths,
+                " ".join(value_text(v) for v in values),
+            )
+        )
+    step = max(1, len(x) // 6)
+    x_ticks = [Tick(px(x[i]), x_labels[i]) for i in range(0, len(x), step)]
+    y_ticks = [Tick(py(v), f"{v:.2f}") for v in (0.0, 0.25, 0.5, 0.75, 1.0)]
+    return LineChart(WIDTH, HEIGHT, drawn, x_ticks, y_ticks, (LEFT, TOP, right, bottom))
+
+
+@dataclass(frozen=True)
+class BarPart:
+    name: str
+    colour: str
+    x: float
+    width: float
+    value: float
+
+
+def weight_bar(
+    weights: dict[str, float], experts: Sequence[str], width: int = 120
+) -> list[BarPart]:
+    """A stacked bar of one record's weights, experts in the bundle's order."""
+    parts, at = [], 0.0
+    for j, name in enumerate(experts):
+        v = float(weights.get(name, 0.0))
+        parts.append(BarPart(name, colour(j), at, v * width, v))
+        at += v * width
+    return parts

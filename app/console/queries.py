@@ -1,0 +1,176 @@
+"""The console's reads of the audit trail that ``GET /weights`` does not make; all blocking.
+
+- :func:`timeline`: each expert's mean weight and argmax share per time bucket, over every
+  record matching a filter, summed from the records' per-expert sums as
+  :meth:`AuditStore.aggregate` sums them (so the buckets add up to its aggregate), and the
+  same per version.
+- :func:`version_changes`: how often the gate's top expert changed between versions, over
+  the inputs seen under both (matched by the trail's keyed input hash).
+- :func:`count`: how many records match a filter.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from sqlalchemy import func, select
+
+from app.audit.records import iso_from_us
+from app.audit.store import AuditStore, RecordFilter
+from app.audit.tables import records
+
+MAX_BUCKETS = 24
+
+
+@dataclass
+class Totals:
+    """Per expert: summed weight, rows on top, rows of the records that had the expert."""
+
+    weight: dict[str, float] = field(default_factory=dict)
+    top: dict[str, float] = field(default_factory=dict)
+    rows: dict[str, float] = field(default_factory=dict)
+    records: int = 0
+    instances: int = 0
+
+    def add(self, names: list[str], weight: np.ndarray, top: np.ndarray, n: int, k: int) -> None:
+        for j, name in enumerate(names):
+            self.weight[name] = self.weight.get(name, 0.0) + float(weight[j])
+            self.top[name] = self.top.get(name, 0.0) + float(top[j])
+            self.rows[name] = self.rows.get(name, 0.0) + n
+        self.records += k
+        self.instances += n
+
+    def json(self, experts: list[str]) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for name in experts:
+            rows = self.rows.get(name, 0.0)
+            out[name] = (
+                {"mean_weight": self.weight[name] / rows, "argmax_share": self.top[name] / rows}
+                if rows
+                else None
+            )
+        return {"records": self.records, "instances": self.instances, "experts": out}
+
+
+def count(store: AuditStore, flt: RecordFilter) -> int:
+    query = select(func.count()).select_from(records).where(*flt.conditions())
+    with store.engine.connect() as conn:
+        return int(conn.execute(query).scalar_one())
+
+
+def _edges(lo: int, hi: int, buckets: int) -> np.ndarray:
+    width = max(1, -(-(hi - lo) // buckets))
+    return lo + width * np.arange(buckets + 1, dtype=np.int64)
+
+
+def _fetch(store: AuditStore, query: Any) -> list[tuple[Any, ...]]:
+    """Plain DBAPI tuples: at 10k records, building SQLAlchemy rows costs more than the scan."""
+    with store.engine.connect() as conn:
+        return list(conn.execute(query).cursor.fetchall())
+
+
+def _groups(experts: tuple[str, ...], versions: tuple[str, ...]) -> dict[tuple[str, str], Any]:
+    """Each (experts, version) pair's record positions; one pair is the common case."""
+    pairs: dict[tuple[str, str], int] = {}
+    codes = [pairs.setdefault(pair, len(pairs)) for pair in zip(experts, versions, strict=True)]
+    if len(pairs) == 1:
+        return {next(iter(pairs)): slice(None)}
+    array = np.asarray(codes)
+    return {pair: np.flatnonzero(array == code) for pair, code in pairs.items()}
+
+
+def _take(values: tuple[Any, ...], pick: Any) -> Any:
+    return values[pick] if isinstance(pick, slice) else [values[i] for i in pick]
+
+
+def timeline(store: AuditStore, flt: RecordFilter, buckets: int = MAX_BUCKETS) -> dict[str, Any]:
+    """Buckets of equal width from ``since`` (or the first record) to ``until`` (or just
+    past the last); each holds its records' totals, as ``Totals.json``."""
+    c = records.c
+    query = select(
+        c.created_us, c.experts, c.version, c.n_instances, c.weight_sums, c.top_counts
+    ).where(*flt.conditions())
+    rows = _fetch(store, query)
+    if not rows:
+        return {"experts": [], "buckets": [], "versions": {}, "overall": Totals().json([])}
+    times_l, experts_l, versions_l, n_l, sums_l, tops_l = zip(*rows, strict=True)
+    all_times = np.asarray(times_l, dtype=np.int64)
+    all_n = np.asarray(n_l, dtype=np.float64)
+    lo = flt.since_us if flt.since_us is not None else int(all_times.min())
+    hi = flt.until_us if flt.until_us is not None else int(all_times.max()) + 1
+    edges = _edges(lo, hi, max(1, min(buckets, len(rows))))
+    all_keys = np.clip(np.searchsorted(edges, all_times, side="right") - 1, 0, len(edges) - 2)
+    groups = _groups(experts_l, versions_l)
+    experts: list[str] = []
+    for names_text, _version in groups:
+        experts.extend(e for e in json.loads(names_text) if e not in experts)
+    per_bucket = [Totals() for _ in range(len(edges) - 1)]
+    per_version: dict[str, Totals] = {}
+    overall = Totals()
+    size = len(per_bucket)
+    # Each group's records are summed as one array per bucket, with no per-record Python.
+    for (names_text, version), pick in groups.items():
+        names = json.loads(names_text)
+        m = len(names)
+        weight = np.frombuffer(b"".join(_take(sums_l, pick)), "<f8").reshape(-1, m)
+        top = np.frombuffer(b"".join(_take(tops_l, pick)), "<i8").reshape(-1, m)
+        keys, n = all_keys[pick], all_n[pick]
+        w = np.column_stack([np.bincount(keys, weight[:, j], size) for j in range(m)])
+        t = np.column_stack([np.bincount(keys, top[:, j], size) for j in range(m)])
+        rows_in = np.bincount(keys, n, size)
+        count = np.bincount(keys, minlength=size)
+        for k in np.flatnonzero(count):
+            per_bucket[k].add(names, w[k], t[k], int(rows_in[k]), int(count[k]))
+        summed = (names, weight.sum(axis=0), top.sum(axis=0), int(n.sum()), len(keys))
+        per_version.setdefault(version, Totals()).add(*summed)
+        overall.add(*summed)
+    return {
+        "experts": experts,
+        "buckets": [
+            {"start": iso_from_us(int(edges[i])), "end": iso_from_us(int(edges[i + 1]))}
+            | t.json(experts)
+            for i, t in enumerate(per_bucket)
+        ],
+        "versions": {v: t.json(experts) for v, t in sorted(per_version.items())},
+        "overall": overall.json(experts),
+    }
+
+
+def version_changes(store: AuditStore, flt: RecordFilter) -> list[dict[str, Any]]:
+    """For each pair of consecutive versions (in order of first record): the inputs seen
+    under both, and how many of them had a different top expert under the later one.
+
+    Inputs are matched by their keyed hash, which the trail keeps unless
+    ``IABMA_AUDIT_PAYLOAD=off``; the last record of an input under a version counts.
+    """
+    c = records.c
+    query = (
+        select(c.version, c.input_hash, c.top_expert)
+        .where(*flt.conditions(), c.input_hash.is_not(None))
+        .order_by(c.created_us, c.id)
+    )
+    order: list[str] = []
+    seen: dict[str, dict[str, str]] = {}
+    for version, digest, top in _fetch(store, query):
+        if version not in seen:
+            order.append(version)
+            seen[version] = {}
+        seen[version][digest] = top
+    out = []
+    for old, new in itertools.pairwise(order):
+        shared = seen[old].keys() & seen[new].keys()
+        changed = sum(seen[old][d] != seen[new][d] for d in shared)
+        out.append(
+            {
+                "from": old,
+                "to": new,
+                "inputs": len(shared),
+                "changed": changed,
+                "share": changed / len(shared) if shared else None,
+            }
+        )
+    return out

@@ -1,0 +1,151 @@
+"""What each console page shows, as plain data for its template; no HTTP here.
+
+Filters read the query as ``GET /weights`` reads its listing (``since`` inclusive and
+``until`` exclusive as ISO-8601, naive meaning UTC; ``expert``; ``cursor``), plus
+``version``; an empty form field means no filter.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from app.audit.store import RecordFilter, decode_cursor
+from app.console import charts, queries
+from app.console.versions import stored_versions
+from app.errors import Fault, InvalidInput
+from app.runtime import LoadedModel
+from app.service import Service
+from app.weights import parse_time_us
+
+PAGE_SIZE = 50
+FILTERS = ("since", "until", "expert", "version")
+
+
+@dataclass(frozen=True)
+class Filters:
+    values: dict[str, str]  # the non-empty filter fields, as given
+    record_filter: RecordFilter
+
+
+def parse_filters(model: LoadedModel, query: Mapping[str, str], limit: int) -> Filters:
+    values = {k: query[k].strip() for k in FILTERS if query.get(k, "").strip()}
+    since = parse_time_us("since", values["since"]) if "since" in values else None
+    until = parse_time_us("until", values["until"]) if "until" in values else None
+    if since is not None and until is not None and since >= until:
+        raise InvalidInput([Fault("invalid_value", "until", "must be later than since")])
+    expert = values.get("expert")
+    if expert is not None and expert not in model.experts:
+        known = ", ".join(model.experts)
+        raise InvalidInput(
+            [Fault("unknown_expert", "expert", f"unknown expert {expert!r}; known: {known}")]
+        )
+    cursor = decode_cursor(query["cursor"]) if query.get("cursor") else None
+    flt = RecordFilter(
+        model=model.name,
+        since_us=since,
+        until_us=until,
+        expert=expert,
+        version=values.get("version"),
+        limit=limit,
+        cursor=cursor,
+    )
+    return Filters(values, flt)
+
+
+def _mean_weights(record: dict[str, Any]) -> dict[str, float]:
+    rows = [p["weights"] for p in record["predictions"]]
+    return {name: sum(r[name] for r in rows) / len(rows) for name in rows[0]} if rows else {}
+
+
+def _prediction_text(record: dict[str, Any]) -> str:
+    first = record["predictions"][0]["prediction"] if record["predictions"] else None
+    if first is None:
+        return ""
+    text = str(first["label"]) if "label" in first else f"{first['mean']:.4g}"
+    more = record["n_instances"] - 1
+    return f"{text} (+{more} more)" if more > 0 else text
+
+
+def _versions_seen(service: Service, model: LoadedModel) -> list[str]:
+    return [v.name for v in stored_versions(service.settings.store, model.name, model.version)]
+
+
+async def decisions(service: Service, model: LoadedModel, query: Mapping[str, str]) -> dict:
+    filters = parse_filters(model, query, PAGE_SIZE)
+    store = service.require_store()
+    page, next_cursor = await service.read_store(store.page, filters.record_filter)
+    total = await service.read_store(queries.count, store, filters.record_filter)
+    rows = []
+    for record in page:
+        weights = _mean_weights(record)
+        rows.append(
+            {
+                "record": record,
+                "bar": charts.weight_bar(weights, model.experts),
+                "prediction": _prediction_text(record),
+                "uncertainty": sum(p["uncertainty"]["total"] for p in record["predictions"])
+                / max(1, len(record["predictions"])),
+            }
+        )
+    return {
+        "filters": filters.values,
+        "rows": rows,
+        "total": total,
+        "next_cursor": next_cursor,
+        "versions": _versions_seen(service, model),
+    }
+
+
+async def record(service: Service, request_id: str) -> dict[str, Any] | None:
+    store = service.require_store()
+    found: dict[str, Any] | None = await service.read_store(store.find, request_id)
+    return found
+
+
+async def timeline(service: Service, model: LoadedModel, query: Mapping[str, str]) -> dict:
+    filters = parse_filters(model, query, 1)
+    store = service.require_store()
+    data = await service.read_store(queries.timeline, store, filters.record_filter)
+    changes = (
+        await service.read_store(queries.version_changes, store, filters.record_filter)
+        if len(data["versions"]) > 1
+        else []
+    )
+    experts = data["experts"]
+    buckets = data["buckets"]
+    x = [float(i) for i in range(len(buckets))]
+    # Seconds matter within an hour, the day across days.
+    short = len(buckets) < 2 or buckets[-1]["end"][:13] == buckets[0]["start"][:13]
+    labels = [b["start"][11:19] if short else b["start"][5:16].replace("T", " ") for b in buckets]
+
+    def series(key: str) -> dict[str, list[float | None]]:
+        return {
+            e: [b["experts"][e][key] if b["experts"].get(e) else None for b in buckets]
+            for e in experts
+        }
+
+    return {
+        "filters": filters.values,
+        "data": data,
+        "changes": changes,
+        "mean_chart": charts.line_chart(x, series("mean_weight"), labels),
+        "share_chart": charts.line_chart(x, series("argmax_share"), labels),
+        "versions": _versions_seen(service, model),
+    }
+
+
+def bundle(service: Service, model: LoadedModel) -> dict[str, Any]:
+    """The manifest summary and one table of test metrics: the mixture (``iabma``) and any
+    other combination the trainer scored (e.g. ``uniform``), then each expert."""
+    m = model.manifest
+    rows = [(n, "mixture" if n == "iabma" else "combination", s) for n, s in m.metrics.items()]
+    rows += [(e.name, "expert", e.metrics) for e in m.experts]
+    names = sorted({k for _n, _k, s in rows for k in s})
+    return {
+        "manifest": m,
+        "metric_rows": rows,
+        "metric_names": names,
+        "versions": stored_versions(service.settings.store, model.name, model.version),
+    }

@@ -1,0 +1,120 @@
+"""The console's reads: version changes and per-version totals on a real SQLite trail, the
+store's versions, and the manifest's training ranges."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+from app_support import Bundles
+from pydantic import ValidationError
+
+from app.audit.records import AuditRecord
+from app.audit.store import AuditStore, RecordFilter
+from app.bundle.loader import open_bundle
+from app.bundle.manifest import Manifest
+from app.bundle.predictor import BundlePredictor
+from app.console import queries
+from app.console.versions import stored_versions
+
+KEY = b"console-test-hash-key"
+
+
+def records_of(bundles: Bundles, version: str, weights: np.ndarray, start: int) -> list:
+    trained = bundles.demo
+    m = open_bundle(bundles.store / "demo" / trained.version).manifest
+    rows = trained.instances(slice(0, len(weights)))
+    return [
+        AuditRecord(
+            request_id=f"{version}-{i}",
+            created_us=start + i,
+            model="demo",
+            version=version,
+            route="predict",
+            task="classification",
+            experts=tuple(m.expert_names),
+            classes=tuple(m.target.classes or ()),
+            weights=weights[i : i + 1],
+            prediction=np.full((1, 2), 0.5),
+            uncertainty=np.zeros((1, 4)),
+            latency_ms=1.0,
+            input_mode="hash",
+            instances=[rows[i]],
+            hash_key=KEY,
+        )
+        for i in range(len(weights))
+    ]
+
+
+def test_version_changes_count_the_same_inputs_whose_top_expert_moved(
+    bundles: Bundles, tmp_path: Path
+) -> None:
+    trained = bundles.demo
+    bundle = open_bundle(bundles.store / "demo" / trained.version)
+    frame = trained.X.iloc[:30]
+    cols = {
+        f.input: frame[f.name].to_numpy(np.float32).reshape(-1, 1) for f in bundle.manifest.features
+    }
+    w1 = BundlePredictor(bundle).predict(cols, interval=False).weights.astype(np.float64)
+    w2 = w1.copy()
+    w2[::3] = w2[::3, ::-1]  # every third input: the experts' weights reversed
+    store = AuditStore(f"sqlite:///{tmp_path / 'audit.db'}", 10)
+    store.prepare()
+    store.insert(records_of(bundles, "v1", w1, 1_000))
+    store.insert(records_of(bundles, "v2", w2, 2_000))
+    flt = RecordFilter(model="demo")
+    changes = queries.version_changes(store, flt)
+    moved = int((w1.argmax(axis=1) != w2.argmax(axis=1)).sum())
+    assert moved > 0
+    assert changes == [
+        {"from": "v1", "to": "v2", "inputs": 30, "changed": moved, "share": moved / 30}
+    ]
+    data = queries.timeline(store, flt)
+    assert set(data["versions"]) == {"v1", "v2"}
+    experts = bundle.manifest.expert_names
+    for version, w in (("v1", w1), ("v2", w2)):
+        got = data["versions"][version]["experts"]
+        share = np.bincount(w.argmax(axis=1), minlength=len(experts)) / len(w)
+        assert [got[e]["argmax_share"] for e in experts] == pytest.approx(share.tolist())
+        assert [got[e]["mean_weight"] for e in experts] == pytest.approx(w.mean(axis=0).tolist())
+    assert queries.version_changes(store, RecordFilter(model="demo", version="v2")) == []
+    store.close()
+
+
+def test_stored_versions_mark_latest_and_the_served_one(store_copy: Path) -> None:
+    root = store_copy / "demo"
+    served = (root / "LATEST").read_text().strip()
+    newer = root / "29990101T000000Z"
+    shutil.copytree(root / served, newer)
+    manifest = json.loads((newer / "manifest.json").read_text())
+    manifest["created_at"] = "2999-01-01T00:00:00+00:00"
+    (newer / "manifest.json").write_text(json.dumps(manifest))
+    (root / "LATEST").write_text(newer.name)
+    (root / "not-a-version").mkdir()
+    found = stored_versions(store_copy, "demo", served)
+    assert [v.name for v in found] == [newer.name, served]
+    assert found[0].latest and not found[0].serving
+    assert found[1].serving and not found[1].latest
+    assert stored_versions(store_copy, "absent", served) == []
+
+
+def test_the_manifest_records_numeric_training_ranges(bundles: Bundles) -> None:
+    from training.datasets import simulate
+
+    m = open_bundle(bundles.store / "demo" / bundles.demo.version).manifest
+    train = simulate(1000, 0).X
+    for f in m.features:
+        assert (f.low, f.high) == pytest.approx((train[f.name].min(), train[f.name].max()))
+    credit = open_bundle(bundles.store / "credit" / bundles.credit.version).manifest
+    assert all((f.low is None) == (f.dtype == "string") for f in credit.features)
+    old = m.model_dump(mode="json")
+    for f in old["features"]:
+        del f["low"], f["high"]
+    assert Manifest.model_validate(old).features[0].low is None, "older bundles still load"
+    bad = m.model_dump(mode="json")
+    bad["features"][0]["low"], bad["features"][0]["high"] = 2.0, 1.0
+    with pytest.raises(ValidationError, match="low must not exceed high"):
+        Manifest.model_validate(bad)
