@@ -20,7 +20,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
-from urllib.parse import unquote
+from urllib.parse import unquote, urlsplit
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -150,6 +150,12 @@ class AccessGuard:
         self.console = console
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["method"] == "POST" and _cross_site_form(scope):
+            exc = Forbidden(
+                "a form posted to the console from another site is refused", "header Origin"
+            )
+            await error_response(exc, scope["path"])(scope, receive, send)
+            return
         if scope["type"] == "http" and scope["method"] != "OPTIONS":
             role = role_of(scope["path"])
             if role is not None and role in self.ring.keys:
@@ -170,3 +176,20 @@ def _wants_html(scope: Scope, path: str) -> bool:
         return False
     accept = dict(scope["headers"]).get(b"accept", b"")
     return b"text/html" in accept
+
+
+def _cross_site_form(scope: Scope) -> bool:
+    """A POST to the console whose ``Origin`` (or, without one, ``Referer``) names another
+    host than the request's: SameSite cookies stop another site from using a session, but
+    not from signing a browser in with the attacker's key (login CSRF). Clients that send
+    neither header (scripts, curl) are not browsers posting forms, and pass."""
+    path = scope["path"]
+    if not (path == CONSOLE or path.startswith(CONSOLE + "/")):
+        return False
+    headers = dict(scope["headers"])
+    source = headers.get(b"origin") or headers.get(b"referer")
+    if not source:
+        return False
+    host = headers.get(b"host", b"").decode("latin-1").lower()
+    netloc = urlsplit(source.decode("latin-1")).netloc.lower()
+    return netloc != host

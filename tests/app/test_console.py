@@ -105,6 +105,13 @@ def test_the_sign_in_form_sets_a_strict_http_only_cookie_for_auditor_keys_only(
     assert console.get("/weights", headers=session).status_code == 401, "the cookie is /audit's"
     api_cookie = {"Cookie": f"{CONSOLE_COOKIE}={API}"}
     assert console.get("/audit", headers=api_cookie).status_code == 403
+    # Login CSRF: another site's form cannot sign this browser in, even with a valid key.
+    for header in ({"Origin": "https://evil.example"}, {"Referer": "https://evil.example/x"}):
+        r = console.post("/audit/login", content=f"key={AUDITOR}", headers={**form, **header})
+        assert r.status_code == 403 and "set-cookie" not in r.headers, header
+        assert "another site" in r.text
+    same = {**form, "Origin": console.base_url}
+    assert console.post("/audit/login", content=f"key={AUDITOR}", headers=same).status_code == 303
 
 
 def test_a_probe_answers_like_weights_and_is_not_audited(console: Any) -> None:
