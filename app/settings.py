@@ -189,7 +189,8 @@ def normalise_audit_url(text: str) -> URL:
         raise ValueError(f"{text!r} is not a database URL") from None
     backend = url.get_backend_name()
     if backend == "sqlite":
-        if url.database in (None, "", ":memory:") or url.database.startswith("file::memory:"):
+        database = url.database or ""
+        if database in ("", ":memory:") or database.startswith("file::memory:"):
             raise ValueError("an in-memory SQLite trail is not durable; give a file path")
         return url
     if backend == "postgresql":

@@ -211,10 +211,11 @@ class AuditStore:
         groups: dict[str, tuple[list[bytes], list[bytes], list[int]]] = {}
         n_records = n_rows = 0
         with self.engine.connect() as conn:
-            for experts, n, sums, tops in conn.execute(query):
+            for row in conn.execute(query):
+                experts, n = str(row[0]), int(row[1])
                 group = groups.setdefault(experts, ([], [], []))
-                group[0].append(sums)
-                group[1].append(tops)
+                group[0].append(bytes(row[2]))
+                group[1].append(bytes(row[3]))
                 group[2].append(n)
                 n_records += 1
                 n_rows += n

@@ -175,7 +175,7 @@ def decode(
         if n_rows is not None and n != n_rows:
             raise _bad(f"{where}.shape", f"has {n} rows but the first tensor has {n_rows}")
         n_rows = n
-        data[name] = _values(t.get("data"), dtype, n, f"{where}.data", name)
+        data[name] = _values(t.get("data"), str(dtype), n, f"{where}.data", name)
     missing = [name for name in table.names if name not in data]
     if missing:
         raise _bad(
@@ -237,7 +237,8 @@ def _requested(body: dict[str, Any], model: LoadedModel, given_id: str | None) -
     known = output_names(model)
     if not isinstance(outputs, list):
         raise _bad("outputs", f"expected an array, got {json_type(outputs)}")
-    names, binary = [], set()
+    names: list[str] = []
+    as_binary: set[str] = set()
     for k, o in enumerate(outputs):
         name = o.get("name") if isinstance(o, dict) else None
         if name not in known:
@@ -247,6 +248,6 @@ def _requested(body: dict[str, Any], model: LoadedModel, given_id: str | None) -
         assert isinstance(o, dict)
         wants = _flag(o.get("parameters"), "binary_data", f"outputs[{k}].parameters")
         if wants or (wants is None and all_binary):
-            binary.add(name)
+            as_binary.add(name)
         names.append(name)
-    return Requested(names, given_id, frozenset(binary))
+    return Requested(names, given_id, frozenset(as_binary))

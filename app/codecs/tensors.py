@@ -60,7 +60,8 @@ def numeric_array(raw: Raw, datatype: str, count: int, field: str, name: str) ->
 
 def byte_elements(raw: Raw, count: int, field: str, name: str) -> list[bytes]:
     """The elements of a raw ``BYTES`` tensor; their number must be ``count``."""
-    data, out, pos = raw.data, [], 0
+    data, pos = raw.data, 0
+    out: list[bytes] = []
     size = len(data)
     while pos < size:
         if pos + 4 > size:
@@ -106,7 +107,7 @@ def _is_utf8(e: bytes) -> bool:
 def to_raw(datatype: str, data: Any) -> bytes:
     """An output tensor's data (a numpy array, or a list of labels) as raw bytes."""
     if datatype == "BYTES":
-        parts = []
+        parts: list[bytes] = []
         for value in data:
             b = value if isinstance(value, bytes) else str(value).encode("utf-8")
             parts += (_LENGTH.pack(len(b)), b)

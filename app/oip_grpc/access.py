@@ -21,7 +21,7 @@ _SERVICE = "/inference.GRPCInferenceService/"
 DATA_METHODS = frozenset(_SERVICE + m for m in ("ModelInfer", "ModelMetadata", "ServerMetadata"))
 
 
-class KeyInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]  # grpc has no stubs
+class KeyInterceptor(grpc.aio.ServerInterceptor):
     def __init__(self, ring: KeyRing) -> None:
         self.ring = ring
 

@@ -12,6 +12,8 @@ name, 413 over the size limits, 503 while not ready. ``/v2/health/ready`` and th
 
 from __future__ import annotations
 
+from typing import Any
+
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
@@ -23,7 +25,9 @@ from app.runtime import LoadedModel
 from app.schemas import OipError
 from app.service import Service
 
-OIP_ERRORS = {code: {"model": OipError} for code in (400, 404, 413, 503)}
+OIP_ERRORS: dict[int | str, dict[str, Any]] = {
+    code: {"model": OipError} for code in (400, 404, 413, 503)
+}
 OCTET_STREAM = frozenset({"application/octet-stream"})
 
 
