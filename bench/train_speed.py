@@ -113,6 +113,9 @@ def run_case(case: str, csv: Path, store: Path, seed: int, jobs: int) -> dict[st
         "rows": training["n_train_rows"] + training["n_test_rows"],
         "features": len(manifest["features"]),
         "experts": [e["name"] for e in manifest["experts"]],
+        # The shipped gate and its test NLL against the plain combiners (iabma train's).
+        "gate": manifest["gate"]["params"].get("selected", {}).get("gate", "network"),
+        "versus_plain": training.get("versus_plain"),
     }
 
 
@@ -168,6 +171,25 @@ def table(summary: dict[str, dict[str, Any]], repeats: int) -> str:
     return "\n".join(lines)
 
 
+def quality_table(runs: list[dict[str, Any]]) -> str:
+    """Per run: the shipped gate's test NLL against the better plain combiner."""
+    lines = [
+        "| case | jobs | seed | shipped gate | test NLL | better plain | its NLL | difference "
+        "| bootstrap SE | within 1 SE |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in runs:
+        v = r.get("versus_plain")
+        if not v:
+            continue
+        lines.append(
+            f"| {r['case']} | {r['jobs']} | {r['seed']} | {r['gate']} | {v['nll']:.4f} "
+            f"| {v['rival']} | {v['rival_nll']:.4f} | {v['difference']:+.4f} "
+            f"| {v['se_difference']:.4f} | {'yes' if v['within_one_se'] else 'NO'} |"
+        )
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--cases", default=",".join(("mixed20k", *SHARED)))
@@ -197,7 +219,7 @@ def main(argv: list[str] | None = None) -> int:
     meta = {"cpus": os.cpu_count(), "python": sys.version.split()[0], "repeats": args.repeats}
     payload = {"created": stamp, "machine": meta, "summary": summary, "runs": runs}
     (args.out / f"train_speed-{stamp}.json").write_text(json.dumps(payload, indent=2))
-    text = table(summary, args.repeats)
+    text = table(summary, args.repeats) + "\n\n" + quality_table(runs)
     (args.out / f"train_speed-{stamp}.md").write_text(text + "\n")
     print(text)
     return 0
