@@ -43,7 +43,7 @@ def test_train_the_simulation_demo(tmp_path) -> None:
         assert word in out
     # Which gate shipped and why, and the test NLL against the plain combiners with its
     # bootstrap standard error.
-    assert "shipped gate: network: the network beats both plain gates" in out
+    assert "shipped gate: network: the network beats every plain gate" in out
     assert "bootstrap standard error" in out
     bundle = open_bundle(resolve_version(tmp_path / "store", "demo"))
     m = bundle.manifest

@@ -19,8 +19,7 @@ from __future__ import annotations
 from typing import Literal
 
 import numpy as np
-from scipy.optimize import minimize
-from scipy.special import logsumexp, softmax
+from scipy.special import logsumexp
 from sklearn.linear_model import Ridge
 from sklearn.model_selection import GridSearchCV, KFold
 
@@ -28,28 +27,11 @@ from training.combiners.base import check_fit_inputs
 from training.combiners.static import _ConstantCombiner
 from training.errors import ParameterError
 from training.evidence import Evidence
-from training.gate.fallback import fit_or_fixed_temperature
+from training.gate.fallback import fit_or_fixed_temperature, pooled_weights
 from training.params import check_int
 
 PENALTY_GRID = (1e-3, 1e-2, 1e-1, 1.0, 10.0, 100.0)
 FOLDS = 5
-
-
-def _log_score_weights(L: np.ndarray, penalty: float) -> np.ndarray:
-    """Simplex weights ``softmax(b)`` maximising the mean log score minus
-    ``penalty * |b|^2 / 2``: multinomial-logistic stacking of the experts' likelihoods,
-    shrunk toward the uniform average as a ridge-penalised logistic meta-model is."""
-    m = L.shape[1]
-
-    def objective(b: np.ndarray) -> tuple[float, np.ndarray]:
-        log_w = b - logsumexp(b)
-        a = log_w + L
-        score = logsumexp(a, axis=1, keepdims=True)
-        grad = (np.exp(log_w) - np.exp(a - score)).mean(axis=0) + penalty * b
-        return -float(score.mean()) + 0.5 * penalty * float(b @ b), grad
-
-    res = minimize(objective, np.zeros(m), jac=True, method="L-BFGS-B")
-    return softmax(res.x)
 
 
 class StackingCombiner(_ConstantCombiner):
@@ -104,11 +86,11 @@ class StackingCombiner(_ConstantCombiner):
             for penalty in grid:
                 held = 0.0
                 for tr, va in cv.split(evidence.log_lik):
-                    wf = _log_score_weights(evidence.log_lik[tr], penalty)
+                    wf = pooled_weights(evidence.log_lik[tr], penalty)
                     held += float(logsumexp(np.log(wf) + evidence.log_lik[va], axis=1).sum())
                 scores.append(held)
             self.penalty_ = grid[int(np.argmax(scores))]
-            w = _log_score_weights(evidence.log_lik, self.penalty_)
+            w = pooled_weights(evidence.log_lik, self.penalty_)
         self.weights_ = w
         self.temperature_ = fit_or_fixed_temperature(self.temperature, w, evidence)
         self.n_features_in_ = Z.shape[1]

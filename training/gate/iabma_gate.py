@@ -88,9 +88,10 @@ class IABMAGate(Combiner):
         Epochs over the selection's training rows (the most, with early stopping). The
         paper's 10 leave the gate under-trained on small data (the simulation: 130 steps).
     fallback : bool, default=True
-        After the search, compare the chosen network with the uniform average and the best
-        single expert on the same held-out rows (each with its own temperature); ship
-        whichever constant gate is at least as good unless the network beats both.
+        After the search, compare the chosen network on the same held-out rows with three
+        constant gates: the uniform average, the best single expert and stacking's linear
+        pool (weights fitted on the other folds), each with its own temperature; unless the
+        network beats all three, the best of them ships.
         ``selected_["gate"]`` says which shipped and ``selected_["gate_reason"]`` why.
     random_state : int
         Seeds the split, the initialisation and the minibatch order.

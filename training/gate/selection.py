@@ -11,8 +11,8 @@ on held-out training rows, never on test data:
 - with early stopping the winner's training length is chosen too (lowest NLL, or the
   earliest epoch within one paired standard error of it);
 - the mixture temperature is fitted on the winner's held-out predictions;
-- the winner must then beat the uniform average and the best expert on the same rows
-  (:mod:`training.gate.fallback`), or the better of those ships instead.
+- the winner must then beat the uniform average, the best expert and stacking's linear
+  pool on the same rows (:mod:`training.gate.fallback`), or the best of those ships.
 """
 
 from __future__ import annotations
@@ -24,7 +24,13 @@ import numpy as np
 
 from training.errors import ParameterError
 from training.evidence import Evidence
-from training.gate.fallback import GateChoice, choose_gate, fit_temperature
+from training.gate.fallback import (
+    POOL_PENALTY,
+    GateChoice,
+    choose_gate,
+    fit_temperature,
+    pooled_weights,
+)
 from training.gate.net import softmax_f32
 from training.gate.trainer import Member, train_members
 from training.splits import folds, inner_split
@@ -171,7 +177,15 @@ def search_candidates(
         if calibrate:
             temperature = fit_temperature(w, rows)
         if gate.fallback:
-            choice = choose_gate(w, temperature, rows, ev, calibrate)
+            # Stacking's pooled weights for each split, fitted on its training rows only.
+            pooled = np.concatenate(
+                [
+                    np.tile(pooled_weights(ev.log_lik[tr], POOL_PENALTY), (len(va), 1))
+                    for tr, va in splits
+                ]
+            )
+            everywhere = pooled_weights(ev.log_lik, POOL_PENALTY)
+            choice = choose_gate(w, temperature, rows, ev, calibrate, (pooled, everywhere))
     report: list[dict[str, Any]] = []
     for k in range(len(members)):
         if k in alive:

@@ -40,28 +40,39 @@ def _served_weights(gate: IABMAGate, Z: np.ndarray) -> np.ndarray:
 
 
 @pytest.mark.parametrize(
-    ("kind", "ships"), [("dominated", "best_single"), ("exchangeable", "uniform")]
+    ("kind", "ships", "want"),
+    [
+        ("dominated", {"best_single", "stacking"}, np.eye(4)[0]),
+        ("exchangeable", {"uniform", "stacking"}, np.full(4, 0.25)),
+    ],
 )
-def test_a_plain_gate_ships_when_the_network_does_not_beat_it(kind: str, ships: str) -> None:
+def test_a_plain_gate_ships_when_the_network_does_not_beat_it(
+    kind: str, ships: set[str], want: np.ndarray
+) -> None:
+    """Dominated: all the weight on the good expert; exchangeable: the plain average.
+    Stacking's pool may edge out either (it can put the last percent elsewhere)."""
     Z, ev = _evidence(kind)
     gate = IABMAGate(epochs=8, random_state=0).fit(Z, ev)
     sel = gate.selected_
-    assert sel["gate"] == ships, sel["gate_reason"]
-    assert sel["held_out_nll"][ships] <= sel["held_out_nll"]["network"]
-    assert ships in sel["gate_reason"]
-    want = np.eye(4)[0] if ships == "best_single" else np.full(4, 0.25)
-    np.testing.assert_allclose(gate.weights(Z[:7]), np.tile(want, (7, 1)))
+    assert sel["gate"] in ships, sel["gate_reason"]
+    nll = sel["held_out_nll"]
+    assert nll[sel["gate"]] <= nll["network"]
+    assert nll[sel["gate"]] == min(v for k, v in nll.items() if k != "network")
+    assert sel["gate"] in sel["gate_reason"]
+    w = gate.weights(Z[:7])
+    np.testing.assert_allclose(w, np.tile(w[0], (7, 1)))  # one constant vector
+    np.testing.assert_allclose(w[0], want, atol=0.05)
     # It exports as a constant gate, like the best_single and uniform combiners.
-    np.testing.assert_allclose(_served_weights(gate, Z[:7]), np.tile(want, (7, 1)), atol=1e-7)
+    np.testing.assert_allclose(_served_weights(gate, Z[:7]), w, atol=1e-6)
 
 
 def test_the_network_ships_where_the_input_says_which_expert_to_trust(simulation_fit) -> None:
     """The simulation: polynomial experts on one half, circles on the other."""
     sel = simulation_fit.est.combiner_.selected_
     assert sel["gate"] == "network", sel["gate_reason"]
-    assert sel["held_out_nll"]["network"] < min(
-        sel["held_out_nll"]["uniform"], sel["held_out_nll"]["best_single"]
-    )
+    nll = sel["held_out_nll"]
+    assert set(nll) == {"network", "uniform", "best_single", "stacking"}
+    assert nll["network"] < min(nll["uniform"], nll["best_single"], nll["stacking"])
 
 
 def test_no_fallback_keeps_the_network() -> None:
