@@ -1,4 +1,4 @@
-"""How long fitting the gate takes (issue 2's targets), excluding the experts.
+"""How long fitting the gate takes, excluding the experts, against the paper's runtimes.
 
 The experts are fitted once per dataset (out-of-fold, as in training); then the gate is
 fitted ``--repeats`` times on the same evidence and the median is reported, for the
@@ -7,7 +7,10 @@ selection). The first fit in the process is reported apart: it pays torch's star
 
     python bench/gate_fit.py            # writes bench/results/gate_fit.json
 
-Targets: simulation under 1 s, california-housing's training split under 3 s.
+Target: at most a tenth of the paper's IA-BMA runtime (its appendix table, mean of 10
+repetitions) on each of the five datasets, for the default gate.
+
+    python bench/gate_fit.py --datasets simulation,california --repeats 3
 """
 
 from __future__ import annotations
@@ -28,7 +31,15 @@ from training.experts.defaults import default_experts, simulation_experts
 from training.gate.iabma_gate import IABMAGate
 from training.splits import holdout_split
 
-TARGETS = {"simulation": 1.0, "california": 3.0}
+#: The paper's IA-BMA runtimes in seconds (appendix, "Runtimes", mean of 10 repetitions).
+PAPER_SECONDS = {
+    "simulation": 5.889,
+    "spambase": 18.651,
+    "credit-g": 3.345,
+    "bike": 29.663,
+    "california": 9.815,
+}
+TARGET_RATIO = 0.1
 GATES = {
     "default (auto)": {},
     "paper setting": {
@@ -48,7 +59,8 @@ def fitted_estimator(dataset: str, data_dir: Path | None) -> tuple[Any, Any]:
         est = IABMAClassifier(simulation_experts(), combiner="uniform")
     else:
         train, _ = holdout_split(load_shared(dataset, data_dir), 0.2, 0)
-        est = IABMARegressor(default_experts("regression"), combiner="uniform")
+        cls = IABMAClassifier if train.task == "classification" else IABMARegressor
+        est = cls(default_experts(train.task), combiner="uniform", n_jobs=2)
     return est.fit(train.X, train.y), train.X
 
 
@@ -56,11 +68,13 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--repeats", type=int, default=7)
     ap.add_argument("--data-dir", type=Path, default=None)
+    ap.add_argument("--datasets", default=",".join(PAPER_SECONDS))
     ap.add_argument("--out", type=Path, default=Path("bench/results/gate_fit.json"))
     args = ap.parse_args()
     results: dict[str, Any] = {"machine": platform.platform(), "repeats": args.repeats, "runs": []}
     cold: float | None = None
-    for dataset, target in TARGETS.items():
+    for dataset in [d for d in args.datasets.split(",") if d]:
+        target = TARGET_RATIO * PAPER_SECONDS[dataset]
         print(f"fitting the experts of {dataset} once (not timed)...", flush=True)
         est, X = fitted_estimator(dataset, args.data_dir)
         Z = est.encoder_.transform(est.columns(X))
@@ -80,17 +94,21 @@ def main() -> None:
                 "min_s": min(times),
                 "max_s": max(times),
                 "target_s": target,
+                "paper_s": PAPER_SECONDS[dataset],
+                "ratio_to_paper": statistics.median(times) / PAPER_SECONDS[dataset],
             }
             results["runs"].append(row)
     results["first_fit_in_process_s"] = cold
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(results, indent=2) + "\n")
-    print(f"\n{'dataset':<12}{'gate':<16}{'rows':>7}{'median s':>10}{'max s':>8}{'target':>8}")
+    head = f"{'dataset':<12}{'gate':<16}{'rows':>7}{'median s':>10}{'max s':>8}"
+    print(f"\n{head}{'paper s':>9}{'ratio':>7}{'target':>9}")
     for r in results["runs"]:
-        ok = "ok" if r["median_s"] < r["target_s"] else "OVER"
+        ok = "ok" if r["median_s"] <= r["target_s"] else "OVER"
         print(
             f"{r['dataset']:<12}{r['gate']:<16}{r['n_rows']:>7}{r['median_s']:>10.3f}"
-            f"{r['max_s']:>8.3f}{r['target_s']:>6.1f}s {ok}"
+            f"{r['max_s']:>8.3f}{r['paper_s']:>9.3f}{r['ratio_to_paper']:>7.3f}"
+            f"{r['target_s']:>7.2f}s {ok}"
         )
     print(f"first fit in the process (torch start-up included): {cold:.3f} s")
     print(f"wrote {args.out}")

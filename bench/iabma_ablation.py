@@ -39,9 +39,15 @@ VARIANTS: dict[str, tuple[str, dict[str, Any] | str]] = {
     "prior_tau_auto": ("oof", {"prior_temperature": "auto"}),
     "sigma_energy": ("oof", {"energy_scale": "sigma"}),
     "sum_reduction": ("oof", {"energy_reduction": "sum"}),
+    # The prior as a regulariser at a chosen lambda (both objectives still compared).
+    "lambda_0.01": ("oof", {"kl_weight": 0.01}),
+    "lambda_0.03": ("oof", {"kl_weight": 0.03}),
+    "lambda_0.1": ("oof", {"kl_weight": 0.1}),
+    "lambda_0": ("oof", {"kl_weight": 0.0}),
     "paper_lambda_oof": ("oof", "iabma_paper_oof"),
     "paper_literal": ("in_sample", "iabma_paper"),
     "moe": ("oof", "moe"),
+    "moe_tuned": ("oof", "moe_tuned"),
     "bhs": ("oof", "bhs"),
     "uniform": ("oof", "uniform"),
 }

@@ -2,6 +2,10 @@
 
     python bench/summarise_quality.py bench/results/quality bench/results/quality-literal
 
+It also prints, per dataset, the paired per-repetition test-NLL differences of the default
+IA-BMA against each fair rival (``moe_tuned``, ``stacking``, ``ensemble_selection``) and
+against its own ablations: mean, sd and the repetitions IA-BMA wins (lower NLL).
+
 Each argument is a directory of ``<dataset>/results.json``. The paper's numbers are its
 appendix table "UCI benchmarks: mean (sd) across runs" (``../shared/paper/ia-bma.tex``),
 copied here for the side-by-side rows; the paper reports no NLL and no simulation table.
@@ -12,6 +16,8 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
+
+import numpy as np
 
 from training.combiners.names import BENCH_METHODS
 
@@ -26,8 +32,15 @@ HEADERS = (
     "SMC",
     "BHS",
     "IA-BMA",
+    "MoE tuned",
+    "stacking",
+    "ens. selection",
     "IA-BMA (paper setting)",
+    "IA-BMA λ=0",
+    "IA-BMA no T",
 )
+NOT_COMPETING = ("iabma_paper", "iabma_lambda0", "iabma_no_temp")
+RIVALS = ("moe_tuned", "stacking", "ensemble_selection", "iabma_lambda0", "iabma_no_temp")
 METRICS = {
     "classification": ("accuracy", "ece", "nll", "brier"),
     "regression": ("r2", "rmse", "nll", "crps", "coverage90"),
@@ -48,7 +61,7 @@ PAPER = {
 
 
 def best(values: dict[str, float], metric: str) -> str:
-    pool = {m: v for m, v in values.items() if m != "iabma_paper"}
+    pool = {m: v for m, v in values.items() if m not in NOT_COMPETING}
     if metric == "coverage90":
         return min(pool, key=lambda m: abs(pool[m] - 0.9))
     return (max if metric in HIGHER else min)(pool, key=pool.get)
@@ -95,11 +108,37 @@ def table(dirs: list[Path]) -> str:
     return "\n".join(lines)
 
 
+def paired(dirs: list[Path], metric: str = "nll") -> str:
+    """IA-BMA minus each rival, per repetition (same seed, same experts, same test rows)."""
+    lines = [
+        f"| dataset | run | IA-BMA − rival ({metric}) | reps | mean | sd | IA-BMA wins |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for d in dirs:
+        for path in sorted(d.glob("*/details.json")):
+            per = json.loads(path.read_text())["per_rep"]
+            if "iabma" not in per:
+                continue
+            ours = np.array([r[metric] for r in per["iabma"]])
+            for rival in RIVALS:
+                if rival not in per:
+                    continue
+                diff = ours - np.array([r[metric] for r in per[rival]])
+                sd = float(diff.std(ddof=1)) if len(diff) > 1 else 0.0
+                lines.append(
+                    f"| {path.parent.name} | {d.name} | {rival} | {len(diff)} "
+                    f"| {diff.mean():+.4f} | {sd:.4f} | {int((diff < 0).sum())}/{len(diff)} |"
+                )
+    return "\n".join(lines)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("dirs", nargs="+", type=Path)
     args = ap.parse_args()
     print(table(args.dirs))
+    print()
+    print(paired(args.dirs))
 
 
 if __name__ == "__main__":

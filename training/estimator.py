@@ -73,6 +73,8 @@ class _IABMABase(BaseEstimator):
         holdout_fraction: float = 0.2,
         random_state: int = 0,
         verbose: bool = False,
+        n_jobs: int = 1,
+        scheduler: str | None = None,
     ) -> None:
         self.experts = experts
         self.combiner = combiner
@@ -87,6 +89,8 @@ class _IABMABase(BaseEstimator):
         self.holdout_fraction = holdout_fraction
         self.random_state = random_state
         self.verbose = verbose
+        self.n_jobs = n_jobs
+        self.scheduler = scheduler
 
     # -- hooks for the two tasks ----------------------------------------------------------
     def _encode_target(self, y: pd.Series) -> np.ndarray:
@@ -153,6 +157,8 @@ class _IABMABase(BaseEstimator):
             holdout_fraction=self.holdout_fraction,
             random_state=self.random_state,
             verbose=self.verbose,
+            n_jobs=self.n_jobs,
+            scheduler=self.scheduler,
         ).fit(frame, y_fit, self.schema_)
         self.expert_fit_seconds_ = time.perf_counter() - t_experts
         self.expert_names_ = [e.name for e in experts]
@@ -253,6 +259,12 @@ class IABMAClassifier(ClassifierMixin, _IABMABase):
     random_state : int
     verbose : bool
         Progress bars.
+    n_jobs : int
+        Processes for the experts' cross-fitting (joblib; -1 = every core). The fitted
+        result does not depend on it.
+    scheduler : str, optional
+        A Dask scheduler address: the cross-fitting runs on that cluster through joblib's
+        Dask backend (the ``dask`` extra). Defaults to ``$IABMA_DASK_SCHEDULER``.
     """
 
     _task = "classification"

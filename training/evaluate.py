@@ -55,6 +55,60 @@ def evaluate(est: IABMAClassifier | IABMARegressor, X: Any, y: Any) -> dict[str,
     return result
 
 
+BOOTSTRAP_RESAMPLES = 2000
+
+
+def row_nll(
+    est: IABMAClassifier | IABMARegressor,
+    outputs: np.ndarray,
+    weights: np.ndarray,
+    y_enc: np.ndarray,
+    temperature: float = 1.0,
+) -> np.ndarray:
+    """Per-row test NLL of a mixture; regression in the target's units, as ``score``."""
+    if isinstance(est, IABMAClassifier):
+        p = mix_classification(weights, outputs, temperature).proba
+        return -np.log(np.clip(p[np.arange(len(y_enc)), y_enc], 1e-300, None))
+    mix = mix_regression(weights, outputs, est.sigmas_, temperature)
+    return np.log(est.y_scale_) - mix.logpdf(y_enc)
+
+
+def bootstrap_se(values: np.ndarray, seed: int = 0) -> float:
+    """Bootstrap standard error of the mean of ``values`` (rows resampled with replacement)."""
+    rng = np.random.default_rng(seed)
+    idx = rng.integers(0, len(values), size=(BOOTSTRAP_RESAMPLES, len(values)))
+    return float(values[idx].mean(axis=1).std(ddof=1))
+
+
+def plain_comparison(est: IABMAClassifier | IABMARegressor, X: Any, y: Any) -> dict[str, Any]:
+    """The shipped mixture's test NLL against the better of the uniform average and the
+    best expert (by test NLL), with bootstrap standard errors over the test rows.
+
+    ``se_difference`` is the standard error of the paired per-row difference, the one the
+    comparison needs; ``se_nll`` that of the shipped mixture's own NLL.
+    """
+    y_enc = encode_y(est, y)
+    outputs = est.expert_outputs(X)
+    n, m = outputs.shape[:2]
+    ours = row_nll(est, outputs, est.weights(X), y_enc, est.mixture_temperature_)
+    plain = {"uniform": row_nll(est, outputs, np.full((n, m), 1.0 / m), y_enc)}
+    for j, name in enumerate(est.expert_names_):
+        plain[f"expert {name}"] = row_nll(est, outputs, np.eye(m)[np.full(n, j)], y_enc)
+    rival = min(plain, key=lambda k: plain[k].mean())
+    diff = ours - plain[rival]
+    se = bootstrap_se(diff)
+    return {
+        "nll": float(ours.mean()),
+        "rival": rival,
+        "rival_nll": float(plain[rival].mean()),
+        "difference": float(diff.mean()),
+        "se_difference": se,
+        "se_nll": bootstrap_se(ours),
+        "within_one_se": bool(diff.mean() <= se),
+        "resamples": BOOTSTRAP_RESAMPLES,
+    }
+
+
 def format_table(rows: dict[str, dict[str, float]], metrics: list[str]) -> str:
     width = max(len(r) for r in rows) + 2
     head = "method".ljust(width) + "".join(m.rjust(12) for m in metrics)

@@ -42,10 +42,18 @@ def test_train_the_simulation_demo(tmp_path) -> None:
     out = res.stdout
     for word in ("accuracy", "ece", "nll", "iabma", "uniform", "circle_fit", "wrote"):
         assert word in out
+    # Which gate shipped and why, and the test NLL against the plain combiners with its
+    # bootstrap standard error.
+    assert "shipped gate: network: the network beats every plain gate" in out
+    assert "bootstrap standard error" in out
     bundle = open_bundle(resolve_version(tmp_path / "store", "demo"))
     m = bundle.manifest
     assert m.metrics["iabma"]["accuracy"] > m.metrics["uniform"]["accuracy"]
     assert len(m.experts) == 5 and m.gate.inputs == ["f_x1", "f_x2"]
+    versus = m.training["versus_plain"]
+    assert versus["se_difference"] > 0
+    assert versus["rival"] == "uniform" or versus["rival"].startswith("expert ")
+    assert versus["nll"] == pytest.approx(m.metrics["iabma"]["nll"], abs=1e-6)
 
 
 @pytest.mark.slow
@@ -83,6 +91,7 @@ def test_train_any_csv_regression(tmp_path) -> None:
     assert res.returncode == 0, res.stderr
     for word in ("rmse", "r2", "nll", "linear", "forest", "knn", "hgb", "mlp"):
         assert word in res.stdout
+    assert "shipped gate: " in res.stdout and "held-out NLL over" in res.stdout
     manifest = json.loads(next((tmp_path / "s" / "houses").glob("2*/manifest.json")).read_text())
     assert "id" not in [f["name"] for f in manifest["features"]]
     assert manifest["target"]["name"] == "price"

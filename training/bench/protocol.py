@@ -130,7 +130,7 @@ def compute_rep(
     frame_tr, frame_te = schema.frame(train.X), schema.frame(test.X)
     y_tr, y_te, y_mean, y_scale = _encode_y(train, test)
     if dataset == "simulation":
-        experts = simulation_experts()
+        experts = simulation_experts(protocol.get("simulation_circles") == "paper")
     else:
         bundles = feature_bundles(frame_tr, y_tr, schema)
         experts = paper_experts(task, bundles, schema, seed, protocol["min_category_frequency"])

@@ -29,7 +29,7 @@ DIRECTION: dict[str, str | float] = {
 _ARROW = {"max": "↑", "min": "↓"}
 
 #: A reference row, not a competitor: the paper's own setting of our method.
-NOT_COMPETING = ("iabma_paper",)
+NOT_COMPETING = ("iabma_paper", "iabma_lambda0", "iabma_no_temp")
 
 PerRep = Mapping[str, Sequence[Mapping[str, float]]]  # method -> one score dict per rep
 
@@ -42,9 +42,18 @@ def mean_sd(values: Sequence[float]) -> dict[str, float]:
 
 
 def aggregate(
-    dataset: str, task: str, reps: int, scores: PerRep, fit_seconds: Mapping[str, Sequence[float]]
+    dataset: str,
+    task: str,
+    reps: int,
+    scores: PerRep,
+    fit_seconds: Mapping[str, Sequence[float]],
+    tuning: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> dict[str, Any]:
-    """The ``results.json`` dict, validated against its schema."""
+    """The ``results.json`` dict, validated against its schema.
+
+    ``tuning``: per method, ``search`` and ``temperature`` (text) and the list of fitted
+    ``temperatures``, one per repetition.
+    """
     metrics = METRICS[task]
     methods = [m for m in METHODS if m in scores]
     results = {
@@ -56,6 +65,15 @@ def aggregate(
         },
         "fit_seconds": {m: mean_sd(fit_seconds[m]) for m in methods},
     }
+    if tuning is not None:
+        results["tuning"] = {
+            m: {
+                "search": tuning[m]["search"],
+                "temperature": tuning[m]["temperature"],
+                "temperature_fitted": mean_sd(tuning[m]["temperatures"]),
+            }
+            for m in methods
+        }
     return validate_results(results)
 
 

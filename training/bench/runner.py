@@ -21,6 +21,7 @@ from training.bench.methods import (
     config_key,
     evidence_source,
     run_method,
+    tuning_of,
 )
 from training.bench.protocol import RepData, prepare_rep
 from training.bench.report import header_lines, versions
@@ -57,6 +58,7 @@ class _Collected:
     proba: dict[str, list[np.ndarray]] = field(default_factory=lambda: defaultdict(list))
     y_test: list[np.ndarray] = field(default_factory=list)
     selected: dict[str, list[Any]] = field(default_factory=lambda: defaultdict(list))
+    temperatures: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
     reps: list[dict[str, Any]] = field(default_factory=list)
     last: dict[str, MethodOutcome] = field(default_factory=dict)
 
@@ -64,6 +66,7 @@ class _Collected:
         self.scores[o.name].append(o.scores)
         self.fit_seconds[o.name].append(o.fit_seconds)
         self.mean_weights[o.name].append(o.weights.mean(axis=0))
+        self.temperatures[o.name].append(o.temperature)
         if o.proba is not None:
             self.proba[o.name].append(o.proba)
         if hasattr(o.combiner, "selected_"):
@@ -128,6 +131,15 @@ def run_quality(
         name = Path(csv.path).stem
     key = "csv" if csv is not None else config_key(name)
     check_config(config, key, paper_literal)
+    if paper_literal:
+        # The appendix's simulation experts too; the protocol is part of the cache key.
+        config = {**config, "protocol": {**config["protocol"], "simulation_circles": "paper"}}
+    if config["protocol"].get("simulation_circles") not in ("fitted", "paper"):
+        raise ParameterError(
+            "protocol.simulation_circles",
+            config["protocol"].get("simulation_circles"),
+            "must be 'fitted' or 'paper'",
+        )
 
     t_start = time.perf_counter()
     got = _Collected()
@@ -162,7 +174,11 @@ def run_quality(
     bar.close()
     assert rd is not None
 
-    results = aggregate(name, rd.task, reps, got.scores, got.fit_seconds)
+    tuning = {
+        m: {**tuning_of(got.last[m].combiner, m), "temperatures": got.temperatures[m]}
+        for m in methods
+    }
+    results = aggregate(name, rd.task, reps, got.scores, got.fit_seconds, tuning)
     details = _details(
         name,
         rd,

@@ -4,7 +4,9 @@
 
     {"dataset": str, "task": "classification" | "regression", "reps": int,
      "methods": {METHOD: {METRIC: {"mean": float, "sd": float}}},
-     "fit_seconds": {METHOD: {"mean": float, "sd": float}}}
+     "fit_seconds": {METHOD: {"mean": float, "sd": float}},
+     "tuning": {METHOD: {"search": str, "temperature": str,
+                         "temperature_fitted": {"mean": float, "sd": float}}}}
 
 Anything else a run produces (per-repetition values, the variants IA-BMA chose, timings of
 the experts, versions) goes to ``details.json``, so this file stays comparable across runs
@@ -60,10 +62,20 @@ class RegressionScores(_Strict):
     coverage90: Stat
 
 
+class Tuning(_Strict):
+    """How a method was tuned: its search, and its mixture temperature (how, and the
+    values fitted over the repetitions; 1 when it has none)."""
+
+    search: str = Field(min_length=1)
+    temperature: str = Field(min_length=1)
+    temperature_fitted: Stat
+
+
 class _Results(_Strict):
     dataset: str = Field(min_length=1)
     reps: int = Field(ge=1)
     fit_seconds: dict[MethodName, Stat] = Field(min_length=1)
+    tuning: dict[MethodName, Tuning] | None = None
 
     @model_validator(mode="after")
     def _same_methods(self) -> _Results:

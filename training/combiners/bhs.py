@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 import numpy as np
 from onnx import TensorProto
 from scipy.optimize import minimize
@@ -16,6 +18,7 @@ from training.combiners.base import (
 )
 from training.evidence import Evidence
 from training.export.graph import GraphBuilder
+from training.gate.fallback import fit_or_fixed_temperature
 from training.params import check_int, check_positive
 
 
@@ -41,6 +44,10 @@ class BHSCombiner(Combiner):
     tol : float, default=1e-10
         Gradient tolerance of L-BFGS-B (``gtol``), also its relative ``ftol``.
     max_iter : int, default=10000
+    temperature : float, "auto" or None, default=None
+        Mixture temperature. ``"auto"`` fits it by NLL on the out-of-fold rows the weights
+        were fitted on (the benchmark's setting, as IA-BMA fits its own); None is the
+        paper's BHS, which has none.
 
     Attributes
     ----------
@@ -59,10 +66,17 @@ class BHSCombiner(Combiner):
 
     name = "bhs"
 
-    def __init__(self, slab_scale: float = 5.0, tol: float = 1e-10, max_iter: int = 10_000) -> None:
+    def __init__(
+        self,
+        slab_scale: float = 5.0,
+        tol: float = 1e-10,
+        max_iter: int = 10_000,
+        temperature: float | Literal["auto"] | None = None,
+    ) -> None:
         self.slab_scale = slab_scale
         self.tol = tol
         self.max_iter = max_iter
+        self.temperature = temperature
 
     def _validate(self) -> None:
         check_positive("slab_scale", self.slab_scale)
@@ -120,6 +134,7 @@ class BHSCombiner(Combiner):
         self.converged_ = bool(res.success)
         self.loss_ = float(res.fun)
         self.n_features_in_ = d
+        self.temperature_ = fit_or_fixed_temperature(self.temperature, self.weights(Z), evidence)
         return self
 
     def weights(self, Z: np.ndarray) -> np.ndarray:

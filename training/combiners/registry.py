@@ -10,6 +10,7 @@ from training.combiners.dla import DLACombiner
 from training.combiners.moe import MoECombiner
 from training.combiners.names import COMBINER_NAMES
 from training.combiners.smc import SMCCombiner
+from training.combiners.stacking import EnsembleSelectionCombiner, StackingCombiner
 from training.combiners.static import AccuracyWeightedCombiner, BestSingleCombiner, BMACombiner
 from training.errors import ParameterError
 
@@ -24,6 +25,8 @@ _BASELINES: dict[str, type[Combiner]] = {
         DLACombiner,
         SMCCombiner,
         BHSCombiner,
+        StackingCombiner,
+        EnsembleSelectionCombiner,
     )
 }
 
@@ -36,6 +39,10 @@ def combiner_class(name: str) -> type[Combiner]:
         from training.gate.iabma_gate import IABMAGate
 
         return IABMAGate
+    if name == "moe_tuned":
+        from training.gate.moe_tuned import TunedMoEGate
+
+        return TunedMoEGate
     if name not in _BASELINES:
         raise ParameterError("combiner", name, f"must be one of {', '.join(COMBINER_NAMES)}")
     return _BASELINES[name]

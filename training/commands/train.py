@@ -28,6 +28,19 @@ def add_parser(sub: Any) -> None:
         "'__other__' level (default 1000)",
     )
     p.add_argument("--cv", type=int, default=5, help="folds for the experts' cross-fitting")
+    p.add_argument(
+        "--n-jobs",
+        type=int,
+        default=1,
+        help="processes for the experts' cross-fitting (-1: every core; default 1)",
+    )
+    p.add_argument(
+        "--scheduler",
+        default=None,
+        metavar="ADDRESS",
+        help="run the cross-fitting on this Dask scheduler (default: $IABMA_DASK_SCHEDULER; "
+        "needs the dask extra)",
+    )
     p.add_argument("--data-dir", type=Path, default=None, help="where the shared CSVs are")
     p.add_argument("--store", type=Path, default=Path("models_store"))
     p.add_argument("--name", required=True, help="bundle name")
@@ -171,7 +184,7 @@ def describe(train: Any, test: Any, max_categories: int) -> str:
 
 def run(args: argparse.Namespace) -> int:
     from training.estimator import IABMAClassifier, IABMARegressor
-    from training.evaluate import evaluate, format_table
+    from training.evaluate import evaluate, format_table, plain_comparison
     from training.export.bundle import export_bundle
     from training.gate.iabma_gate import IABMAGate
 
@@ -199,6 +212,8 @@ def run(args: argparse.Namespace) -> int:
         likelihood_source=args.likelihood_source,
         random_state=args.seed,
         verbose=not args.quiet,
+        n_jobs=args.n_jobs,
+        scheduler=args.scheduler,
     )
     print(
         f"training on {len(train.y)} rows x {train.X.shape[1]} features, "
@@ -211,11 +226,12 @@ def run(args: argparse.Namespace) -> int:
         f"fitted in {fit_s:.1f} s (experts with cross-fitting {est.expert_fit_seconds_:.1f} s, "
         f"gate {est.gate_fit_seconds_:.2f} s)"
     )
-    if hasattr(est.combiner_, "selected_"):
-        print(
-            "gate variant chosen on the inner validation split:",
-            json.dumps(est.combiner_.selected_),
-        )
+    selected = dict(getattr(est.combiner_, "selected_", {}))
+    reason = selected.pop("gate_reason", None)
+    if selected:
+        print("gate variant chosen on the inner validation split:", json.dumps(selected))
+    if reason is not None:
+        print(f"shipped gate: {selected['gate']}: {reason}")
     t_eval = time.perf_counter()
     results = evaluate(est, test.X, test.y)
     eval_s = time.perf_counter() - t_eval
@@ -227,6 +243,14 @@ def run(args: argparse.Namespace) -> int:
     experts_scores = results.pop("experts")
     print("\ntest metrics (ECE: 15 bins; regression in target units)")
     print(format_table({**results, **{f"  {k}": v for k, v in experts_scores.items()}}, metrics))
+    versus = plain_comparison(est, test.X, test.y)
+    print(
+        f"\ntest NLL {versus['nll']:.4f} against the better plain combiner ({versus['rival']}) "
+        f"{versus['rival_nll']:.4f}: difference {versus['difference']:+.4f}, bootstrap standard "
+        f"error {versus['se_difference']:.4f} (paired, {versus['resamples']} resamples of the "
+        f"test rows; of the NLL itself {versus['se_nll']:.4f}); "
+        + ("within one standard error" if versus["within_one_se"] else "WORSE by more than one")
+    )
     target = train.y.name or "y"
     t_export = time.perf_counter()
     path = export_bundle(
@@ -247,6 +271,7 @@ def run(args: argparse.Namespace) -> int:
                 "evaluate": round(eval_s, 2),
             },
             "n_test_rows": len(test.y),
+            "versus_plain": versus,
             # `iabma check` re-derives the test rows of the same file from these.
             "split": {"test_size": args.test_size, "seed": args.seed},
             "drop": list(args.drop),

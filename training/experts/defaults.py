@@ -67,12 +67,20 @@ def _poly(degree: int) -> Pipeline:
     )
 
 
-def simulation_experts() -> list[Expert]:
-    """Polynomial LR (degrees 2, 3), LDA, and two soft-circle experts (paper appendix)."""
+def simulation_experts(paper_literal: bool = False) -> list[Expert]:
+    """Polynomial LR (degrees 2, 3), LDA, and two soft-circle experts (paper appendix).
+
+    The appendix's two circles are the same fixed model (centre (0.8 t, 0), R = 1,
+    gamma = 5), twice; ``paper_literal=True`` gives exactly that. By default the second
+    circle learns its centre, radius and slope instead: two identical experts carry no
+    information the gate can use to tell them apart, while a fitted circle gives it a
+    genuinely different expert to weigh against the fixed one.
+    """
+    second = SoftCircleClassifier() if paper_literal else SoftCircleClassifier(fit_center=True)
     return [
         Expert("poly2", _poly(2)),
         Expert("poly3", _poly(3)),
         Expert("lda", LinearDiscriminantAnalysis()),
         Expert("circle", _raw_xy(SoftCircleClassifier()), preprocess="none"),
-        Expert("circle_fit", _raw_xy(SoftCircleClassifier(fit_center=True)), preprocess="none"),
+        Expert("circle_b" if paper_literal else "circle_fit", _raw_xy(second), preprocess="none"),
     ]

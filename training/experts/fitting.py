@@ -2,6 +2,9 @@
 
 - ``"oof"`` (default): K-fold cross-fitted predictions give L; then every expert is
   refitted on all the training rows for serving. This is what stacking does.
+
+The fits are independent and run through :func:`training.experts.parallel.run_all`:
+in this process, in ``n_jobs`` local processes, or on a Dask cluster.
 - ``"holdout"``: experts fit on part of the rows; L comes from the rest (the calibration
   split), and only those rows train the gate.
 - ``"in_sample"``: the paper's literal setting; interpolating learners look perfect.
@@ -22,6 +25,7 @@ from tqdm.auto import tqdm
 
 from training.errors import ParameterError
 from training.experts.models import OnnxExpertModel, SklearnExpertModel, build_estimator
+from training.experts.parallel import run_all
 from training.experts.spec import Expert
 from training.features import FeatureSchema
 from training.splits import folds, inner_split
@@ -69,6 +73,8 @@ class ExpertSet:
         random_state: int = 0,
         verbose: bool = False,
         to_onnx: bool = True,
+        n_jobs: int = 1,
+        scheduler: str | None = None,
     ) -> None:
         self.experts = list(experts)
         self.task = task
@@ -79,6 +85,8 @@ class ExpertSet:
         self.random_state = random_state
         self.verbose = verbose
         self.to_onnx = to_onnx
+        self.n_jobs = n_jobs
+        self.scheduler = scheduler
 
     def fit(self, frame: pd.DataFrame, y: np.ndarray, schema: FeatureSchema) -> ExpertSet:
         if self.likelihood_source not in SOURCES:
@@ -96,70 +104,100 @@ class ExpertSet:
             splits = [(fit_rows, rows)]
         else:
             splits, rows = [], np.arange(n)
-        self.schemas_, self.models_, preds = [], [], []
+        self.schemas_, self.models_ = [], []
         # The rows each final expert's ONNX graph is checked on.
         rng = np.random.default_rng(self.random_state)
         check_rows = np.sort(rng.choice(n, size=min(n, PARITY_ROWS), replace=False))
-        fits_each = len(splits) + (self.likelihood_source != "holdout")
-        bar = tqdm(
-            total=len(self.experts) * fits_each,
-            desc="fitting experts",
-            disable=not self.verbose,
-            leave=False,
-        )
-        for expert in self.experts:
-            sub = expert_schema(expert, schema)
+        jobs, owners = self._jobs(frame, y, schema, splits)
+        outs: dict[int, np.ndarray] = {}
+        finals: dict[int, SklearnExpertModel] = {}
+        done = run_all(_fit_job, jobs, self.n_jobs, self.scheduler)
+        for (j, va), (model, pred) in zip(owners, done, strict=True):
+            if j not in outs:
+                shape = (n, self.n_classes) if self.task == "classification" else (n,)
+                outs[j] = np.zeros(shape)
+            if va is not None:
+                outs[j][va] = pred
+            elif pred is not None:
+                outs[j] = pred  # the refit's in-sample predictions
+            if model is not None:
+                finals[j] = model
+        preds = []
+        bar = tqdm(self.experts, desc="exporting experts", disable=not self.verbose, leave=False)
+        for j, expert in enumerate(bar):
             if expert.kind == "onnx":
                 model = OnnxExpertModel(expert, self.task, self.n_classes, schema)
                 self.schemas_.append(model.schema)
                 self.models_.append(model)
                 preds.append(model.predict_raw(frame.iloc[rows]))
-                bar.update(fits_each)
                 continue
-            est = build_estimator(expert, sub, frame)
-            user_columns = expert.preprocess == "none"
-            out = np.zeros((n, self.n_classes)) if self.task == "classification" else np.zeros(n)
-            for tr, va in splits:
-                fold_model = self._fit_one(
-                    clone(est), frame.iloc[tr], y[tr], sub, expert.name, user_columns
-                )
-                out[va] = fold_model.predict_raw(frame.iloc[va])
-                bar.update(1)
-            if self.likelihood_source == "holdout":
-                final = fold_model
-            else:
-                final = self._fit_one(clone(est), frame, y, sub, expert.name, user_columns)
-                bar.update(1)
-                if self.likelihood_source == "in_sample":
-                    out = final.predict_raw(frame)
+            final = finals[j]
             if self.to_onnx:
                 final.freeze(expert.name, frame.iloc[check_rows])
-            self.schemas_.append(sub)
+            self.schemas_.append(expert_schema(expert, schema))
             self.models_.append(final)
-            preds.append(out[rows])
-        bar.close()
+            preds.append(outs[j][rows])
         self.evidence_rows_ = rows
         self.predictions_ = np.stack(preds, axis=1)
         return self
 
-    def _fit_one(
+    def _jobs(
         self,
-        est: Any,
-        X: pd.DataFrame,
+        frame: pd.DataFrame,
         y: np.ndarray,
-        sub: FeatureSchema,
-        name: str,
-        user_columns: bool,
-    ) -> SklearnExpertModel:
-        model = SklearnExpertModel(est, sub, self.task, self.n_classes, user_columns)
-        try:
-            est.fit(model.inputs_of(X), y)
-        except Exception as exc:  # an expert's own failure: say which expert it was
-            raise ParameterError(
-                "experts", name, f"failed to fit: {type(exc).__name__}: {exc}"
-            ) from exc
-        return model
+        schema: FeatureSchema,
+        splits: list[tuple[np.ndarray, np.ndarray]],
+    ) -> tuple[list[tuple[Any, ...]], list[tuple[int, np.ndarray | None]]]:
+        """Every fit as ``_fit_job`` arguments, and which expert and rows each predicts.
+
+        The K folds x M experts and the M refits are independent, so they run together
+        (in parallel if asked) and are put back in order by the caller.
+        """
+        holdout = self.likelihood_source == "holdout"
+        jobs: list[tuple[Any, ...]] = []
+        owners: list[tuple[int, np.ndarray | None]] = []
+        for j, expert in enumerate(self.experts):
+            if expert.kind == "onnx":
+                continue
+            sub = expert_schema(expert, schema)
+            est = build_estimator(expert, sub, frame)
+            args = (sub, self.task, self.n_classes, expert.name, expert.preprocess == "none")
+            for k, (tr, va) in enumerate(splits):
+                # Under "holdout" the one fold model is also the served expert.
+                keep = holdout and k == len(splits) - 1
+                jobs.append((clone(est), frame.iloc[tr], y[tr], *args, frame.iloc[va], keep))
+                owners.append((j, va))
+            if not holdout:
+                in_sample = frame if self.likelihood_source == "in_sample" else None
+                jobs.append((clone(est), frame, y, *args, in_sample, True))
+                owners.append((j, None))
+        return jobs, owners
 
     def predict_raw(self, frame: pd.DataFrame) -> np.ndarray:
         """``(n, m, C)`` or ``(n, m)`` predictions of the final experts on ``frame``."""
         return np.stack([m.predict_raw(frame) for m in self.models_], axis=1)
+
+
+def _fit_job(
+    est: Any,
+    X: pd.DataFrame,
+    y: np.ndarray,
+    sub: FeatureSchema,
+    task: str,
+    n_classes: int,
+    name: str,
+    user_columns: bool,
+    X_pred: pd.DataFrame | None,
+    keep_model: bool,
+) -> tuple[SklearnExpertModel | None, np.ndarray | None]:
+    """Fit one expert on ``(X, y)``; return the model if kept, and its predictions on
+    ``X_pred``. A module-level function, so joblib can ship it to another process."""
+    model = SklearnExpertModel(est, sub, task, n_classes, user_columns)
+    try:
+        est.fit(model.inputs_of(X), y)
+    except Exception as exc:  # an expert's own failure: say which expert it was
+        raise ParameterError(
+            "experts", name, f"failed to fit: {type(exc).__name__}: {exc}"
+        ) from exc
+    pred = None if X_pred is None else model.predict_raw(X_pred)
+    return (model if keep_model else None), pred

@@ -14,7 +14,13 @@ from typing import Any, Literal
 
 import numpy as np
 
-from training.combiners.base import Combiner, check_fit_inputs
+from training.combiners.base import (
+    Combiner,
+    check_features,
+    check_fit_inputs,
+    constant_weights,
+    constant_weights_onnx,
+)
 from training.errors import ParameterError
 from training.evidence import Evidence, prior_energy
 from training.export.graph import GraphBuilder, dense_layers
@@ -81,6 +87,12 @@ class IABMAGate(Combiner):
     epochs : int, default=40
         Epochs over the selection's training rows (the most, with early stopping). The
         paper's 10 leave the gate under-trained on small data (the simulation: 130 steps).
+    fallback : bool, default=True
+        After the search, compare the chosen network on the same held-out rows with three
+        constant gates: the uniform average, the best single expert and stacking's linear
+        pool (weights fitted on the other folds), each with its own temperature; unless the
+        network beats all three, the best of them ships.
+        ``selected_["gate"]`` says which shipped and ``selected_["gate_reason"]`` why.
     random_state : int
         Seeds the split, the initialisation and the minibatch order.
     """
@@ -108,6 +120,7 @@ class IABMAGate(Combiner):
         learning_rate: float = 1e-3,
         batch_size: int = 64,
         epochs: int = 40,
+        fallback: bool = True,
         random_state: int = 0,
         verbose: bool = False,
     ) -> None:
@@ -130,6 +143,7 @@ class IABMAGate(Combiner):
         self.learning_rate = learning_rate
         self.batch_size = batch_size
         self.epochs = epochs
+        self.fallback = fallback
         self.random_state = random_state
         self.verbose = verbose
 
@@ -185,9 +199,10 @@ class IABMAGate(Combiner):
         searching = len(members) > 1 or self.early_stopping or self.temperature == "auto"
         chosen, epochs, self.temperature_ = members[0], self.epochs, 1.0
         self.search_results_: list[dict[str, Any]] = []
+        choice = None
         if searching:
             found = search_candidates(self, Z, evidence, log_priors, members)
-            chosen, steps = members[found.winner], found.steps
+            chosen, steps, choice = members[found.winner], found.steps, found.choice
             self.temperature_ = found.temperature
             self.search_results_ = [
                 {
@@ -204,10 +219,6 @@ class IABMAGate(Combiner):
             epochs = max(1, round(steps / -(-evidence.n // int(self.batch_size))))
         elif isinstance(self.temperature, (int, float)):
             self.temperature_ = float(self.temperature)
-        result = train_members(
-            Z, evidence.log_lik, log_priors, [chosen], epochs=epochs, **self.net_kwargs()
-        )
-        self.layers_ = result.layers[0]
         self.selected_ = {
             "objective": chosen.objective,
             "kl_weight": chosen.kl_weight,
@@ -215,6 +226,22 @@ class IABMAGate(Combiner):
             "epochs": int(epochs),
             "temperature": self.temperature_,
         }
+        self.constant_weights_: np.ndarray | None = None
+        self.layers_: list[tuple[np.ndarray, np.ndarray]] | None = None
+        if choice is not None:
+            self.temperature_ = choice.temperature
+            self.selected_.update(
+                gate=choice.kind,
+                gate_reason=choice.reason,
+                held_out_nll=choice.held_out_nll,
+                temperature=choice.temperature,
+            )
+            self.constant_weights_ = choice.constant
+        if self.constant_weights_ is None:
+            result = train_members(
+                Z, evidence.log_lik, log_priors, [chosen], epochs=epochs, **self.net_kwargs()
+            )
+            self.layers_ = result.layers[0]
         self.prior_baseline_ = baseline_for_new_inputs(energy, self.energy_reduction)
         self.prior_temperature_ = taus[chosen.prior_index]
         self.n_features_in_ = Z.shape[1]
@@ -232,10 +259,20 @@ class IABMAGate(Combiner):
     # -- prediction and export ------------------------------------------------------------
     def weights(self, Z: np.ndarray) -> np.ndarray:
         self._check_fitted("layers_")
-        return softmax_f32(mlp_logits(Z, self.layers_))
+        Z = check_features(Z, self.n_features_in_)
+        if self.constant_weights_ is not None:
+            return constant_weights(len(Z), self.constant_weights_)
+        assert self.layers_ is not None
+        w = softmax_f32(mlp_logits(Z, self.layers_))
+        # float32 rows sum to 1 only within ~1e-7; float64 renormalising makes the simplex
+        # exact without moving a weight by more than that (the served graph does the same).
+        return w / w.sum(axis=1, keepdims=True, dtype=np.float64)
 
     def to_onnx(self, g: GraphBuilder, z: str) -> str:
         self._check_fitted("layers_")
+        if self.constant_weights_ is not None:
+            return constant_weights_onnx(g, z, self.constant_weights_)
+        assert self.layers_ is not None
         return g.softmax_rows(dense_layers(g, z, self.layers_))
 
     def manifest_params(self) -> dict[str, Any]:

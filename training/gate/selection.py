@@ -10,7 +10,9 @@ on held-out training rows, never on test data:
   lambda mostly, never recover, and they would cost most of the time;
 - with early stopping the winner's training length is chosen too (lowest NLL, or the
   earliest epoch within one paired standard error of it);
-- the mixture temperature is fitted on the winner's held-out predictions.
+- the mixture temperature is fitted on the winner's held-out predictions;
+- the winner must then beat the uniform average, the best expert and stacking's linear
+  pool on the same rows (:mod:`training.gate.fallback`), or the best of those ships.
 """
 
 from __future__ import annotations
@@ -20,9 +22,15 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from app.bundle.mixture import mix_classification, mix_regression
 from training.errors import ParameterError
 from training.evidence import Evidence
+from training.gate.fallback import (
+    POOL_PENALTY,
+    GateChoice,
+    choose_gate,
+    fit_temperature,
+    pooled_weights,
+)
 from training.gate.net import softmax_f32
 from training.gate.trainer import Member, train_members
 from training.splits import folds, inner_split
@@ -38,7 +46,6 @@ AUTO_FOLDS = ((999, 5), (3000, 3))
 AUTO_REPEATS = ((999, 2),)
 # Candidates still trained after the first quarter of the epochs of the first split.
 SURVIVORS = 3
-TEMPERATURE_GRID = np.exp(np.linspace(np.log(0.25), np.log(4.0), 57))
 
 
 @dataclass(frozen=True)
@@ -48,6 +55,7 @@ class SearchOutcome:
     temperature: float
     scores: list[dict[str, Any]]  # per candidate: its epochs and val NLL, or when it was pruned
     n_splits: int
+    choice: GateChoice | None = None  # the network against the plain gates, if compared
 
 
 def _auto(value: Any, table: tuple[tuple[int, int], ...], n: int, name: str) -> int:
@@ -115,7 +123,7 @@ def search_candidates(
     epochs_max = int(gate.epochs)
     calibrate = gate.temperature == "auto"
     one_se = gate.early_stopping and gate.stopping_rule == "one_se"
-    record = calibrate or one_se
+    record = calibrate or one_se or bool(gate.fallback)
     splits = selection_splits(gate, ev)
     rng = np.random.default_rng(gate.random_state)
     alive = list(range(len(members)))
@@ -161,12 +169,23 @@ def search_candidates(
     winner, epoch = alive[best], int(epochs[best])
     if one_se:
         epoch = one_se_epoch(epoch, logits[winner], held_out[winner], ev)
-    temperature = 1.0
-    if calibrate:
+    temperature = 1.0 if gate.temperature in (None, "auto") else float(gate.temperature)
+    choice = None
+    if record:
         w = np.concatenate([softmax_f32(lg[epoch]) for lg in logits[winner]])
-        temperature = fit_mixture_temperature(w, ev.rows(np.concatenate(held_out[winner])))
-    elif gate.temperature is not None:
-        temperature = float(gate.temperature)
+        rows = ev.rows(np.concatenate(held_out[winner]))
+        if calibrate:
+            temperature = fit_temperature(w, rows)
+        if gate.fallback:
+            # Stacking's pooled weights for each split, fitted on its training rows only.
+            pooled = np.concatenate(
+                [
+                    np.tile(pooled_weights(ev.log_lik[tr], POOL_PENALTY), (len(va), 1))
+                    for tr, va in splits
+                ]
+            )
+            everywhere = pooled_weights(ev.log_lik, POOL_PENALTY)
+            choice = choose_gate(w, temperature, rows, ev, calibrate, (pooled, everywhere))
     report: list[dict[str, Any]] = []
     for k in range(len(members)):
         if k in alive:
@@ -174,19 +193,5 @@ def search_candidates(
             report.append({"epochs": int(epochs[i]) + 1, "val_nll": float(scores[i])})
         else:
             report.append({"pruned_after_epoch": epochs_max // 4, "val_nll": pruned[k]})
-    return SearchOutcome(winner, (epoch + 1) * steps_per_epoch, temperature, report, len(splits))
-
-
-def mixture_nll(weights: np.ndarray, ev: Evidence, temperature: float) -> float:
-    """Mean NLL of the mixture on the rows of ``ev``, after the mixture temperature."""
-    if ev.proba is not None:
-        p = mix_classification(weights, ev.proba, temperature).proba
-        return float(-np.mean(np.log(np.clip(p[np.arange(ev.n), ev.y], 1e-300, None))))
-    assert ev.means is not None and ev.sigmas is not None
-    return float(-np.mean(mix_regression(weights, ev.means, ev.sigmas, temperature).logpdf(ev.y)))
-
-
-def fit_mixture_temperature(weights: np.ndarray, ev: Evidence) -> float:
-    """The temperature on a log grid (0.25 to 4) with the lowest held-out NLL."""
-    nlls = [mixture_nll(weights, ev, float(t)) for t in TEMPERATURE_GRID]
-    return float(TEMPERATURE_GRID[int(np.argmin(nlls))])
+    steps = (epoch + 1) * steps_per_epoch
+    return SearchOutcome(winner, steps, temperature, report, len(splits), choice)

@@ -25,12 +25,23 @@ def png_size(path: Path) -> tuple[int, int]:
 def test_results_json_has_exactly_the_documented_form(simulation_run) -> None:
     res = simulation_run.results
     validate_results(res)
-    assert set(res) == {"dataset", "task", "reps", "methods", "fit_seconds"}
+    assert set(res) == {"dataset", "task", "reps", "methods", "fit_seconds", "tuning"}
     assert (res["dataset"], res["task"], res["reps"]) == ("simulation", "classification", 2)
     assert list(res["methods"]) == list(METHODS)
     for scores in res["methods"].values():
         assert list(scores) == list(METRICS["classification"])
         assert all(set(s) == {"mean", "sd"} for s in scores.values())
+    # Each row says how it was tuned, and which mixture temperature it had.
+    tuning = res["tuning"]
+    assert list(tuning) == list(METHODS)
+    assert tuning["moe"]["temperature"] == "none" and "paper" in tuning["moe"]["search"]
+    for name in ("iabma", "moe_tuned"):
+        assert tuning[name]["temperature"].startswith("fitted on the inner held-out rows")
+    for name in ("stacking", "ensemble_selection", "bhs"):
+        assert tuning[name]["temperature"].startswith("fitted on the out-of-fold")
+    assert tuning["iabma_no_temp"]["temperature"] == "none"
+    assert tuning["iabma_no_temp"]["temperature_fitted"] == {"mean": 1.0, "sd": 0.0}
+    assert tuning["uniform"]["temperature_fitted"] == {"mean": 1.0, "sd": 0.0}
     schema = json.loads((simulation_run.out / "results.schema.json").read_text())
     assert schema["$defs"]["ClassificationResults"]["additionalProperties"] is False
 
@@ -86,6 +97,22 @@ def test_paper_literal_makes_iabma_the_paper_setting(tmp_path, bench_cache) -> N
     assert set(details["settings"]["evidence"].values()) == {"in_sample"}
     assert details["params"]["iabma"]["energy_reduction"] == "sum"
     assert "--paper-literal: on" in (tmp_path / "results.md").read_text()
+    # The appendix's experts: two copies of the fixed soft circle, no fitted one.
+    assert details["experts"] == ["poly2", "poly3", "lda", "circle", "circle_b"]
+    assert details["settings"]["config"]["protocol"]["simulation_circles"] == "paper"
+
+
+def test_the_paper_literal_circles_are_the_same_fixed_model() -> None:
+    from training.datasets import simulate
+    from training.experts.defaults import simulation_experts
+
+    data = simulate(400, 0)
+    X, y = data.X, data.y
+    ours = [e.model.fit(X, y).predict_proba(X) for e in simulation_experts()[3:]]
+    paper = [e.model.fit(X, y).predict_proba(X) for e in simulation_experts(True)[3:]]
+    np.testing.assert_array_equal(paper[0], paper[1])
+    np.testing.assert_array_equal(paper[0], ours[0])
+    assert np.abs(ours[0] - ours[1]).max() > 0.05  # the default's second circle is fitted
 
 
 def test_config_overrides_take_effect(tmp_path, bench_cache) -> None:

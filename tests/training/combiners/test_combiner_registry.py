@@ -12,6 +12,7 @@ from training.combiners.dla import DLACombiner
 from training.combiners.moe import MoECombiner
 from training.combiners.registry import COMBINER_NAMES, make_combiner
 from training.combiners.smc import SMCCombiner
+from training.combiners.stacking import EnsembleSelectionCombiner, StackingCombiner
 from training.combiners.static import AccuracyWeightedCombiner, BestSingleCombiner, BMACombiner
 from training.errors import ParameterError
 
@@ -28,7 +29,18 @@ EXPECTED = {
 
 
 def test_names() -> None:
-    assert (*EXPECTED, "iabma") == COMBINER_NAMES
+    extra = ("moe_tuned", "stacking", "ensemble_selection")
+    assert (*EXPECTED, "iabma", *extra) == COMBINER_NAMES
+
+
+def test_practitioner_baselines_by_name() -> None:
+    from training.gate.moe_tuned import TunedMoEGate
+
+    assert type(make_combiner("stacking")) is StackingCombiner
+    assert type(make_combiner("ensemble_selection")) is EnsembleSelectionCombiner
+    moe = make_combiner("moe_tuned")
+    assert type(moe) is TunedMoEGate
+    assert (moe.kl_weight, moe.objective, moe.temperature) == (0.0, "marginal", "auto")
 
 
 @pytest.mark.parametrize("name", list(EXPECTED))
@@ -66,9 +78,9 @@ def test_parameters_are_passed_and_random_state_is_optional() -> None:
 
 def test_unknown_name() -> None:
     with pytest.raises(ParameterError, match="must be one of best_single") as err:
-        make_combiner("stacking")
+        make_combiner("stacked_generalisation")
     assert err.value.parameter == "combiner"
-    assert err.value.value == "stacking"
+    assert err.value.value == "stacked_generalisation"
 
 
 def test_unknown_parameter() -> None:
