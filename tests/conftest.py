@@ -8,15 +8,18 @@ from pathlib import Path
 import pytest
 from support import fresh_schema, require_postgres
 
+from training.datasets import default_data_dir
+
 REPO = Path(__file__).resolve().parents[1]
-DATA_DIR = REPO.parent / "shared" / "datasets"
 
 
 @pytest.fixture(scope="session")
 def data_dir() -> Path:
-    if not DATA_DIR.is_dir():
-        pytest.fail(f"the shared datasets are missing: expected them in {DATA_DIR}")
-    return DATA_DIR
+    """The shared CSVs: ``IABMA_DATA_DIR``, else ``shared/datasets`` beside the repository."""
+    found = default_data_dir()
+    if not found.is_dir():
+        pytest.fail(f"the shared datasets are missing: expected them in {found}")
+    return found
 
 
 @pytest.fixture(scope="session")

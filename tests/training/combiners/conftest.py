@@ -7,9 +7,7 @@ graphs on rows no combiner has seen.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -21,9 +19,10 @@ from sklearn.neighbors import KNeighborsRegressor
 from sklearn.preprocessing import StandardScaler
 from sklearn.tree import DecisionTreeClassifier, DecisionTreeRegressor
 
+from training.datasets import default_data_dir
 from training.evidence import Evidence, classification_evidence, regression_evidence
 
-DATASETS = Path(os.environ.get("IABMA_DATASETS", "/work/shared/datasets"))
+DATASETS = default_data_dir()
 N_ROWS, N_FIT = 600, 450
 SEED = 0
 
@@ -41,7 +40,7 @@ class Case:
 def _load(name: str, target: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     path = DATASETS / name
     if not path.exists():
-        raise FileNotFoundError(f"{path} is missing; set IABMA_DATASETS to the shared datasets")
+        raise FileNotFoundError(f"{path} is missing; set IABMA_DATA_DIR to the shared datasets")
     frame = pd.read_csv(path)
     rows = np.random.default_rng(SEED).choice(len(frame), N_ROWS, replace=False)
     frame = frame.iloc[rows]
