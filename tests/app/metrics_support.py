@@ -59,7 +59,7 @@ def total(samples: Samples, name: str, **labels: str) -> float:
     )
 
 
-def totals(client: Any, *names: str) -> dict[str, float]:
-    """One scrape's sum of each named series."""
+def totals(client: Any, *names: str, **labels: str) -> dict[str, float]:
+    """One scrape's sum of each named series, over the samples carrying ``labels``."""
     samples, _ = scrape(client)
-    return {name: total(samples, name) for name in names}
+    return {name: total(samples, name, **labels) for name in names}
