@@ -15,6 +15,9 @@ from training.export.bundle import export_bundle
 from training.export.pointer import promote
 
 INTERVAL = 0.5
+# Opening a bundle in two workers at once on a busy 2-core CI machine took up to 13 s once;
+# the tight figure comes from the nginx rollout test (tests/deploy/test_rollout_lb.py).
+SWITCH_ALLOWANCE = 30.0
 
 
 def answers(url: str, n: int = 24) -> set[str]:
@@ -59,7 +62,7 @@ def test_two_workers_follow_promotion_and_refuse_a_bad_version(
         assert answers(url) == {old}
 
         promote(store_copy, "demo", "v-good")
-        took = wait_for(url, "v-good", timeout=INTERVAL + 10)
+        took = wait_for(url, "v-good", timeout=INTERVAL + SWITCH_ALLOWANCE)
         assert httpx.get(url + "/readyz").json()["version"] == "v-good"
 
         # Tampered after it was written: a server must refuse it, whoever moved the pointer.
@@ -67,7 +70,7 @@ def test_two_workers_follow_promotion_and_refuse_a_bad_version(
         gate.chmod(0o644)
         gate.write_bytes(gate.read_bytes() + b"\0")
         (store_copy / "demo" / "LATEST").write_text("v-bad\n")
-        deadline = time.monotonic() + INTERVAL + 10
+        deadline = time.monotonic() + INTERVAL + SWITCH_ALLOWANCE
         while time.monotonic() < deadline:
             models = [httpx.get(url + "/models").json() for _ in range(8)]
             refused = {
@@ -89,4 +92,4 @@ def test_two_workers_follow_promotion_and_refuse_a_bad_version(
         _, out, err = served.terminate()
     logged = [line for line in (out + err).splitlines() if "refused version v-bad" in line]
     assert len(logged) == 2, err[-2000:]  # once per worker, not once per check
-    assert took <= INTERVAL + 10
+    assert took <= INTERVAL + SWITCH_ALLOWANCE
