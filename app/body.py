@@ -143,18 +143,20 @@ def parse_json(raw: bytes) -> Any:
         value = orjson.loads(raw)
     except orjson.JSONDecodeError:
         return parse_strict(raw)
-    if any(w in raw for w in _QUOTE_THEN_SPACE) or _key_tokens(raw) != _keys(value):
+    if _QUOTE_THEN_SPACE.search(raw) or _key_tokens(raw) != _keys(value):
         return parse_strict(raw)
     return value
 
 
-_QUOTE_THEN_SPACE = (b'" ', b'"\t', b'"\n', b'"\r')
+_QUOTE_THEN_SPACE = re.compile(rb'"[ \t\n\r]')
 _CONTAINERS = (dict, list)
 
 
 def _key_tokens(raw: bytes) -> int:
     """How many ``":`` end a key: those whose quote is not escaped, i.e. after an even
     number of backslashes (counted by inclusion-exclusion over runs of backslashes)."""
+    if b"\\" not in raw:  # the common case: one pass
+        return raw.count(b'":')
     total, k, sign = 0, 0, 1
     while True:
         found = raw.count(b"\\" * k + b'":')

@@ -163,10 +163,9 @@ class Service:
         ctx: RequestContext,
         encode: Callable[[InferenceResult], Encoded],
     ) -> Encoded:
-        """Run the graph, encode the answer, make its audit record durable; in that order.
+        """Run the graph, queue the audit record, encode the answer, await the commit.
 
-        The answer is encoded before the commit so that nothing can fail after it: every
-        2xx has a record, and a failed request has none.
+        Every 2xx has a durable record; a request refused before the graph ran has none.
         """
         with self.tracing.span("graph"):
             if request.n <= INLINE_ROWS:
@@ -180,43 +179,56 @@ class Service:
                 pred = await loop.run_in_executor(self.graph, predict, request.columns)
         check_finite(model, pred, request.row_field)
         result = InferenceResult(model, pred)
-        content = encode(result)
-        await self.commit(result, request, ctx)
+        committed = self.submit_record(result, request, ctx)
+        # The encoding overlaps the commit: the writer thread waits on the disk (without the
+        # GIL) while this thread formats the answer. Nothing is sent before the record is
+        # durable; an encoding fault (a server bug, a 500) leaves its record in the trail.
+        try:
+            content = encode(result)
+        finally:
+            if committed is not None:
+                with self.tracing.span("audit"):
+                    await committed
+        self.count(result, request)
         return content
 
-    async def commit(
+    def submit_record(
         self, result: InferenceResult, request: InferenceRequest, ctx: RequestContext
-    ) -> None:
-        """Make the audit record durable, then count the prediction in the metrics."""
+    ) -> asyncio.Future[None] | None:
+        """Queue the answer's audit record; None when the trail is off."""
+        if not self.settings.audit_enabled:
+            return None
+        if self.writer is None:
+            raise NotReady("the audit trail is not open yet; retry shortly", field="audit")
         model, pred = result.model, result.prediction
-        if self.settings.audit_enabled:
-            if self.writer is None:
-                raise NotReady("the audit trail is not open yet; retry shortly", field="audit")
-            if pred.proba is not None:
-                answer = pred.proba
-            else:
-                assert pred.mean is not None and pred.std is not None
-                assert pred.interval is not None
-                answer = np.column_stack([pred.mean, pred.std, pred.interval])
-            record = AuditRecord(
-                request_id=ctx.request_id,
-                created_us=now_us(),
-                model=model.name,
-                version=model.version,
-                route=request.route,
-                task=model.task,
-                experts=model.experts,
-                classes=model.classes if pred.proba is not None else None,
-                weights=pred.weights,
-                prediction=answer,
-                uncertainty=pred.uncertainty,
-                latency_ms=(time.perf_counter() - ctx.started) * 1000.0,
-                input_mode=self.settings.audit_payload,
-                instances=request.instances,
-                hash_key=self.hash_key,
-            )
-            with self.tracing.span("audit"):
-                await self.writer.write(record)
+        if pred.proba is not None:
+            answer = pred.proba
+        else:
+            assert pred.mean is not None and pred.std is not None
+            assert pred.interval is not None
+            answer = np.column_stack([pred.mean, pred.std, pred.interval])
+        record = AuditRecord(
+            request_id=ctx.request_id,
+            created_us=now_us(),
+            model=model.name,
+            version=model.version,
+            route=request.route,
+            task=model.task,
+            experts=model.experts,
+            classes=model.classes if pred.proba is not None else None,
+            weights=pred.weights,
+            prediction=answer,
+            uncertainty=pred.uncertainty,
+            latency_ms=(time.perf_counter() - ctx.started) * 1000.0,
+            input_mode=self.settings.audit_payload,
+            instances=request.instances,
+            hash_key=self.hash_key,
+        )
+        return self.writer.submit(record)
+
+    def count(self, result: InferenceResult, request: InferenceRequest) -> None:
+        """Count a durable prediction in the metrics."""
+        model, pred = result.model, result.prediction
         labels = (model.name, model.version)
         self.metrics.observe_graphs(labels, {"ensemble": pred.seconds})
         self.metrics.observe_weights(labels, model.experts, pred.weights)

@@ -64,14 +64,19 @@ class AuditWriter:
     def depth(self) -> int:
         return self._queue.qsize() + self._in_commit
 
-    async def write(self, record: AuditRecord) -> None:
-        """Return once ``record`` is committed; raise ``AuditUnavailable`` otherwise."""
+    def submit(self, record: AuditRecord) -> asyncio.Future[None]:
+        """Queue ``record``; the future settles once it is committed, or with
+        ``AuditUnavailable``. The caller may work while the commit runs, then await it."""
         if self._thread is None or not self._thread.is_alive() or self._loop is None:
             raise AuditUnavailable("the audit writer is not running", field="audit")
         done: asyncio.Future[None] = self._loop.create_future()
         self._deadlines.append((time.monotonic() + self.timeout_seconds, done))
         self._queue.put((record, done))
-        await done
+        return done
+
+    async def write(self, record: AuditRecord) -> None:
+        """Return once ``record`` is committed; raise ``AuditUnavailable`` otherwise."""
+        await self.submit(record)
 
     async def _expire(self) -> None:
         """Fail the requests whose record has waited too long (a hung database)."""
