@@ -39,6 +39,26 @@ def server_dir(owner: int) -> Path:
     return Path(tempfile.gettempdir()) / f"iabma-metrics-{owner}-{_start_ticks(owner)}"
 
 
+_SERVER_DIR = re.compile(r"^iabma-metrics-(\d+)-(\d+)$")
+
+
+def sweep_stale_dirs(parent: Path) -> None:
+    """Remove the directories of servers that are gone.
+
+    A single-process server removes its own at exit; the supervisor of ``--workers`` never
+    imports the app, and a killed server runs no exit hook, so theirs would pile up. A
+    directory is stale when its owner is dead or the pid now belongs to a newer process.
+    """
+    with contextlib.suppress(OSError):
+        for entry in os.scandir(parent):
+            m = _SERVER_DIR.match(entry.name)
+            if m is None or not entry.is_dir(follow_symlinks=False):
+                continue
+            pid = int(m.group(1))
+            if not alive(pid) or _start_ticks(pid) != m.group(2):
+                shutil.rmtree(entry.path, ignore_errors=True)
+
+
 def alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -75,6 +95,7 @@ def multiprocess_dir() -> Path:
         parent = multiprocessing.parent_process()
         owner = parent.pid if parent is not None and parent.pid is not None else os.getpid()
         path = server_dir(owner)
+        sweep_stale_dirs(path.parent)
         path.mkdir(mode=0o700, exist_ok=True)
         if owner == os.getpid():
             atexit.register(shutil.rmtree, path, True)

@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import asyncio
 import math
+import os
+import subprocess
+import sys
 import time
 from collections import defaultdict
 from collections.abc import Iterator
@@ -22,6 +25,7 @@ from support import free_port
 
 from app.metrics import FLUSH_SECONDS, ServiceMetrics
 from app.metrics.buffer import HistogramBuffer
+from app.metrics.store import server_dir, sweep_stale_dirs
 
 Client = AsgiHarness | UvicornHarness
 
@@ -214,3 +218,19 @@ def test_a_metrics_port_of_its_own_serves_every_worker(bundles: Bundles, tmp_pat
         labels = {"route": "/predict", "method": "POST", "status": "200"}
         assert value(samples, "iabma_http_requests_total", **labels) == 50
         assert len({lab["pid"] for lab, _ in samples["process_resident_memory_bytes"]}) == 2
+
+
+def test_directories_of_servers_that_are_gone_are_swept(tmp_path) -> None:
+    """A killed server and the supervisor of --workers leave their directory behind; the next
+    server removes those whose owner is dead or whose pid now names a newer process."""
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True)  # fmt: skip
+    dead = tmp_path / f"iabma-metrics-{int(gone.stdout)}-12345"
+    live = tmp_path / server_dir(os.getpid()).name
+    recycled = tmp_path / f"iabma-metrics-{os.getpid()}-1"  # this pid, an older start time
+    unrelated = tmp_path / "iabma-metrics-notes"
+    for d in (dead, live, recycled, unrelated):
+        d.mkdir()
+        (d / "counter_1.db").write_bytes(b"x")
+    sweep_stale_dirs(tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([live.name, unrelated.name])
