@@ -13,7 +13,7 @@ import logging
 
 import grpc
 
-from app.access import KeyRing
+from app.access import KeyRing, Role
 from app.errors import StartupRefused
 from app.oip_grpc.access import KeyInterceptor
 from app.oip_grpc.servicer import HealthServicer, InferenceServicer
@@ -35,8 +35,12 @@ class GrpcServer:
     async def start(self) -> None:
         settings = self.service.settings
         limit = settings.max_body_bytes + FRAMING_BYTES
+        ring = KeyRing.from_settings(settings)
+        # An interceptor costs every call a Python hop; without data keys there is
+        # nothing for it to check.
+        interceptors = [KeyInterceptor(ring)] if Role.DATA in ring.keys else []
         server = grpc.aio.server(
-            interceptors=[KeyInterceptor(KeyRing.from_settings(settings))],
+            interceptors=interceptors,
             options=[
                 ("grpc.max_receive_message_length", limit),
                 ("grpc.max_send_message_length", -1),
