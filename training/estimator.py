@@ -27,13 +27,14 @@ from app.bundle.mixture import (
 from app.bundle.normalise import Normaliser, rule_for
 from app.bundle.prior import classification_energy, prior_from_energy, regression_energy
 from training.combiners.base import Combiner
+from training.combiners.iabma_gate import IABMAGate
+from training.combiners.registry import make_combiner
 from training.errors import NotFittedError, ParameterError
 from training.evidence import Evidence, classification_evidence, regression_evidence
 from training.experts.fitting import ExpertSet
 from training.experts.spec import Expert
 from training.features import MAX_CATEGORIES, FeatureSchema, frame_of
-from training.gate.encoder import GateEncoder
-from training.gate.iabma_gate import IABMAGate
+from training.gate_encoder import GateEncoder
 from training.params import check_int
 
 
@@ -120,8 +121,6 @@ class _IABMABase(BaseEstimator):
         if self.combiner is None:
             return IABMAGate(random_state=self.random_state, verbose=self.verbose)
         if isinstance(self.combiner, str):
-            from training.combiners.registry import make_combiner
-
             return make_combiner(self.combiner, random_state=self.random_state)
         if not isinstance(self.combiner, Combiner):
             raise ParameterError("combiner", self.combiner, "must be a Combiner, a name, or None")
@@ -235,7 +234,7 @@ class IABMAClassifier(ClassifierMixin, _IABMABase):
     experts : sequence of Expert
         At least two; an :class:`~training.experts.spec.ExpertRegistry` works too.
     combiner : Combiner, str or None
-        The gate; IA-BMA's :class:`~training.gate.iabma_gate.IABMAGate` when None.
+        The gate; IA-BMA's :class:`~training.combiners.iabma_gate.IABMAGate` when None.
     gate_features : sequence of str, optional
         Raw features the gate reads (all by default).
     categorical : sequence of str

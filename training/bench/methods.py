@@ -124,7 +124,7 @@ def build_method(
 ) -> Combiner:
     """An unfitted combiner for ``name`` with the config's hyperparameters.
 
-    ``iabma_paper`` is an :class:`~training.gate.iabma_gate.IABMAGate` with the paper's
+    ``iabma_paper`` is an :class:`~training.combiners.iabma_gate.IABMAGate` with the paper's
     settings (``config["iabma_paper"]``, which also turns off our early stopping and
     mixture temperature); under ``paper_literal`` so is ``iabma``.
     """

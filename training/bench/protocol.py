@@ -26,7 +26,7 @@ from training.evidence import Evidence, classification_evidence, regression_evid
 from training.experts.defaults import simulation_experts
 from training.experts.fitting import ExpertSet
 from training.features import FeatureSchema
-from training.gate.encoder import GateEncoder
+from training.gate_encoder import GateEncoder
 from training.splits import holdout_split
 
 CACHE_VERSION = 1

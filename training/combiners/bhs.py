@@ -16,9 +16,9 @@ from training.combiners.base import (
     check_fit_inputs,
     constant_weights_onnx,
 )
+from training.combiners.fallback import fit_or_fixed_temperature
 from training.evidence import Evidence
-from training.export.graph import GraphBuilder
-from training.gate.fallback import fit_or_fixed_temperature
+from training.onnx_graph import GraphBuilder
 from training.params import check_int, check_positive
 
 

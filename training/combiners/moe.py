@@ -9,9 +9,9 @@ import numpy as np
 from training.combiners.base import Combiner, check_features, check_fit_inputs
 from training.errors import ParameterError
 from training.evidence import Evidence
-from training.export.graph import GraphBuilder, dense_layers
-from training.gate.net import HIDDEN, mlp_logits, softmax_f32
-from training.gate.trainer import Member, train_members
+from training.nn.net import HIDDEN, mlp_logits, softmax_f32
+from training.nn.trainer import Member, train_members
+from training.onnx_graph import GraphBuilder, dense_layers
 from training.params import check_int, check_positive
 
 
@@ -20,7 +20,7 @@ class MoECombiner(Combiner):
 
     The loss is ``-mean_i logsumexp_j(log g_j(x_i) + L[i, j])`` with the experts frozen.
     It is IA-BMA's ``"marginal"`` objective at ``kl_weight = 0``, so the same trainer
-    (:func:`~training.gate.trainer.train_members`) fits it and the two differ only in the
+    (:func:`~training.nn.trainer.train_members`) fits it and the two differ only in the
     prior term.
 
     Parameters

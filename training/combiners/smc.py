@@ -16,7 +16,7 @@ from scipy.special import log_softmax
 from training.combiners.base import Combiner, check_features, check_fit_inputs
 from training.errors import ParameterError
 from training.evidence import Evidence
-from training.export.graph import GraphBuilder
+from training.onnx_graph import GraphBuilder
 from training.params import check_int, check_positive, check_real
 
 _LOG_2PI = float(np.log(2.0 * np.pi))

@@ -183,10 +183,10 @@ def describe(train: Any, test: Any, max_categories: int) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    from training.combiners.iabma_gate import IABMAGate
     from training.estimator import IABMAClassifier, IABMARegressor
     from training.evaluate import evaluate, format_table, plain_comparison
     from training.export.bundle import export_bundle
-    from training.gate.iabma_gate import IABMAGate
 
     t_load = time.perf_counter()
     train, test, experts = load_split(args)

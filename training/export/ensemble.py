@@ -33,7 +33,7 @@ from onnx import TensorProto, compose, version_converter
 from app.bundle.manifest import FeatureSpec
 from app.bundle.mixture import PROBA_EPS, clip_proba, mix_classification, mix_regression
 from training.errors import ExportError
-from training.export.graph import FLOAT, OPSET, STRING, GraphBuilder
+from training.onnx_graph import FLOAT, OPSET, STRING, GraphBuilder
 
 DOUBLE = TensorProto.DOUBLE
 ENSEMBLE_TOL = 1e-5

@@ -1,4 +1,4 @@
-"""Minibatch Adam training of :class:`~training.gate.net.PosteriorNet` members.
+"""Minibatch Adam training of :class:`~training.nn.net.PosteriorNet` members.
 
 Each member ``k`` maximises, per point, one of the objectives of METHOD.md §2:
 
@@ -27,7 +27,7 @@ from typing import Literal
 import numpy as np
 import torch
 
-from training.gate.net import HIDDEN, PosteriorNet
+from training.nn.net import HIDDEN, PosteriorNet
 
 Objective = Literal["elbo", "marginal"]
 BETAS = (0.9, 0.999)

@@ -21,12 +21,12 @@ from training.combiners.base import (
     constant_weights,
     constant_weights_onnx,
 )
+from training.combiners.selection import search_candidates
 from training.errors import ParameterError
 from training.evidence import Evidence, prior_energy
-from training.export.graph import GraphBuilder, dense_layers
-from training.gate.net import HIDDEN, mlp_logits, softmax_f32
-from training.gate.selection import search_candidates
-from training.gate.trainer import Member, train_members
+from training.nn.net import HIDDEN, mlp_logits, softmax_f32
+from training.nn.trainer import Member, train_members
+from training.onnx_graph import GraphBuilder, dense_layers
 from training.params import check_choice, check_int, check_positive, check_real, is_real
 from training.prior import baseline_for_new_inputs, log_prior_at_training_points
 

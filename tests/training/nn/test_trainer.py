@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 import torch
 
-from training.gate.net import PosteriorNet
-from training.gate.trainer import (
+from training.nn.net import PosteriorNet
+from training.nn.trainer import (
     Member,
     _backward,
     _FlatAdam,
@@ -163,7 +163,7 @@ def test_validation_records_every_epoch() -> None:
     assert res.val_nll is not None and res.val_nll.shape == (6, 1)
     assert res.val_logits is not None and res.val_logits.shape == (6, 1, 100, 3)
     # The last epoch's recorded logits are the returned network's.
-    from training.gate.net import mlp_logits
+    from training.nn.net import mlp_logits
 
     np.testing.assert_allclose(res.val_logits[-1, 0], mlp_logits(Z[300:], res.layers[0]), atol=1e-5)
 
@@ -176,7 +176,7 @@ def test_a_large_kl_weight_pulls_q_onto_the_prior(simulation_fit) -> None:
     near the circle's edge stay further off (up to 0.07 here) at any lambda.
     """
     from training.evidence import prior_energy
-    from training.gate.net import mlp_logits, softmax_f32
+    from training.nn.net import mlp_logits, softmax_f32
     from training.prior import log_prior_at_training_points
 
     est, train = simulation_fit.est, simulation_fit.train

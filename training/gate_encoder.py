@@ -10,8 +10,8 @@ import numpy as np
 
 from app.bundle.columns import Columns
 from training.errors import NotFittedError
-from training.export.graph import FLOAT, STRING, GraphBuilder
 from training.features import FeatureSchema
+from training.onnx_graph import FLOAT, STRING, GraphBuilder
 
 MAX_CATEGORIES = 50
 

@@ -1,4 +1,4 @@
-"""How :class:`~training.gate.iabma_gate.IABMAGate` chooses its variant on training rows.
+"""How :class:`~training.combiners.iabma_gate.IABMAGate` chooses its variant on training rows.
 
 Every candidate ``(objective, kl_weight, prior temperature)`` is scored by the mixture NLL
 on held-out training rows, never on test data:
@@ -12,7 +12,7 @@ on held-out training rows, never on test data:
   earliest epoch within one paired standard error of it);
 - the mixture temperature is fitted on the winner's held-out predictions;
 - the winner must then beat the uniform average, the best expert and stacking's linear
-  pool on the same rows (:mod:`training.gate.fallback`), or the best of those ships.
+  pool on the same rows (:mod:`training.combiners.fallback`), or the best of those ships.
 """
 
 from __future__ import annotations
@@ -22,21 +22,21 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from training.errors import ParameterError
-from training.evidence import Evidence
-from training.gate.fallback import (
+from training.combiners.fallback import (
     POOL_PENALTY,
     GateChoice,
     choose_gate,
     fit_temperature,
     pooled_weights,
 )
-from training.gate.net import softmax_f32
-from training.gate.trainer import Member, train_members
+from training.errors import ParameterError
+from training.evidence import Evidence
+from training.nn.net import softmax_f32
+from training.nn.trainer import Member, train_members
 from training.splits import folds, inner_split
 
 if TYPE_CHECKING:
-    from training.gate.iabma_gate import IABMAGate
+    from training.combiners.iabma_gate import IABMAGate
 
 # (rows up to, folds): small data is compared by cross-validation, where the cost is low
 # and one split would be noise; above 3000 rows one validation split holds enough rows.

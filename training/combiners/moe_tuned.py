@@ -12,12 +12,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Literal
 
-from training.gate.iabma_gate import IABMAGate
-from training.gate.net import HIDDEN
+from training.combiners.iabma_gate import IABMAGate
+from training.nn.net import HIDDEN
 
 
 class TunedMoEGate(IABMAGate):
-    """:class:`~training.gate.iabma_gate.IABMAGate` at ``kl_weight=0``,
+    """:class:`~training.combiners.iabma_gate.IABMAGate` at ``kl_weight=0``,
     ``objective="marginal"``; every other setting as there."""
 
     name = "moe_tuned"

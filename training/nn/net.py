@@ -3,7 +3,7 @@
 The module holds ``K`` independent MLPs side by side (weights of shape ``(K, in, out)``),
 so a whole hyperparameter grid trains in one pass over the data: one batched matmul per
 layer instead of ``K`` small ones. ``K = 1`` is the plain network. The estimator that
-trains it lives in :mod:`training.gate.trainer`; this file knows nothing of losses.
+trains it lives in :mod:`training.nn.trainer`; this file knows nothing of losses.
 """
 
 from __future__ import annotations

@@ -7,9 +7,9 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto
 
+from training.combiners.iabma_gate import IABMAGate
 from training.evidence import regression_evidence
-from training.export.graph import GraphBuilder
-from training.gate.iabma_gate import IABMAGate
+from training.onnx_graph import GraphBuilder
 
 
 def _evidence(kind: str, n: int = 1200, seed: int = 0):

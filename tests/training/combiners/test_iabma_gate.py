@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from training.combiners.iabma_gate import IABMAGate
 from training.errors import NotFittedError, ParameterError
 from training.evidence import prior_energy
-from training.gate.iabma_gate import IABMAGate
 from training.prior import baseline_for_new_inputs
 
 
