@@ -21,7 +21,7 @@ from training.combiners.base import (
     constant_weights,
     constant_weights_onnx,
 )
-from training.combiners.selection import search_candidates
+from training.combiners.selection import SelectionConfig, search_candidates
 from training.errors import ParameterError
 from training.evidence import Evidence, prior_energy
 from training.nn.net import HIDDEN, mlp_logits, softmax_f32
@@ -179,6 +179,7 @@ class IABMAGate(Combiner):
     def fit(self, Z: np.ndarray, evidence: Evidence) -> IABMAGate:
         Z = check_fit_inputs(Z, evidence)
         objectives, lams, taus = self._validate()
+        config = self.selection_config()
         energy = prior_energy(
             evidence,
             energy_scale=self.energy_scale,
@@ -201,7 +202,7 @@ class IABMAGate(Combiner):
         self.search_results_: list[dict[str, Any]] = []
         choice = None
         if searching:
-            found = search_candidates(self, Z, evidence, log_priors, members)
+            found = search_candidates(config, Z, evidence, log_priors, members)
             chosen, steps, choice = members[found.winner], found.steps, found.choice
             self.temperature_ = found.temperature
             self.search_results_ = [
@@ -239,7 +240,12 @@ class IABMAGate(Combiner):
             self.constant_weights_ = choice.constant
         if self.constant_weights_ is None:
             result = train_members(
-                Z, evidence.log_lik, log_priors, [chosen], epochs=epochs, **self.net_kwargs()
+                Z,
+                evidence.log_lik,
+                log_priors,
+                [chosen],
+                epochs=epochs,
+                **config.net_kwargs(),
             )
             self.layers_ = result.layers[0]
         self.prior_baseline_ = baseline_for_new_inputs(energy, self.energy_reduction)
@@ -247,14 +253,24 @@ class IABMAGate(Combiner):
         self.n_features_in_ = Z.shape[1]
         return self
 
-    def net_kwargs(self) -> dict[str, Any]:
-        return {
-            "hidden": tuple(self.hidden_layer_sizes),
-            "learning_rate": float(self.learning_rate),
-            "batch_size": int(self.batch_size),
-            "random_state": int(self.random_state),
-            "progress": bool(self.verbose),
-        }
+    def selection_config(self) -> SelectionConfig:
+        """The settings the candidate search and the refit read, as one frozen value."""
+        return SelectionConfig(
+            epochs=int(self.epochs),
+            batch_size=int(self.batch_size),
+            hidden=tuple(self.hidden_layer_sizes),
+            learning_rate=float(self.learning_rate),
+            temperature=self.temperature,
+            early_stopping=bool(self.early_stopping),
+            stopping_rule=self.stopping_rule,
+            fallback=bool(self.fallback),
+            folds=self.selection_folds,
+            repeats=self.selection_repeats,
+            validation_fraction=float(self.validation_fraction),
+            search_max_rows=None if self.search_max_rows is None else int(self.search_max_rows),
+            random_state=int(self.random_state),
+            progress=bool(self.verbose),
+        )
 
     # -- prediction and export ------------------------------------------------------------
     def weights(self, Z: np.ndarray) -> np.ndarray:

@@ -18,7 +18,7 @@ on held-out training rows, never on test data:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -35,9 +35,6 @@ from training.nn.net import softmax_f32
 from training.nn.trainer import Member, train_members
 from training.splits import folds, inner_split
 
-if TYPE_CHECKING:
-    from training.combiners.iabma_gate import IABMAGate
-
 # (rows up to, folds): small data is compared by cross-validation, where the cost is low
 # and one split would be noise; above 3000 rows one validation split holds enough rows.
 AUTO_FOLDS = ((999, 5), (3000, 3))
@@ -46,6 +43,41 @@ AUTO_FOLDS = ((999, 5), (3000, 3))
 AUTO_REPEATS = ((999, 2),)
 # Candidates still trained after the first quarter of the epochs of the first split.
 SURVIVORS = 3
+
+
+@dataclass(frozen=True)
+class SelectionConfig:
+    """The gate's settings that the search reads, checked and fixed for one ``fit``.
+
+    Each field is the :class:`~training.combiners.iabma_gate.IABMAGate` parameter of the
+    same meaning; ``folds`` and ``repeats`` may still be ``"auto"``, resolved against the
+    number of rows by :func:`selection_splits`.
+    """
+
+    epochs: int
+    batch_size: int
+    hidden: tuple[int, ...]
+    learning_rate: float
+    temperature: float | Literal["auto"] | None
+    early_stopping: bool
+    stopping_rule: Literal["one_se", "min"]
+    fallback: bool
+    folds: int | Literal["auto"]
+    repeats: int | Literal["auto"]
+    validation_fraction: float
+    search_max_rows: int | None
+    random_state: int
+    progress: bool = False
+
+    def net_kwargs(self) -> dict[str, Any]:
+        """The network and optimiser settings, as :func:`train_members` takes them."""
+        return {
+            "hidden": self.hidden,
+            "learning_rate": self.learning_rate,
+            "batch_size": self.batch_size,
+            "random_state": self.random_state,
+            "progress": self.progress,
+        }
 
 
 @dataclass(frozen=True)
@@ -66,14 +98,14 @@ def _auto(value: Any, table: tuple[tuple[int, int], ...], n: int, name: str) -> 
     return value
 
 
-def selection_splits(gate: IABMAGate, ev: Evidence) -> list[tuple[np.ndarray, np.ndarray]]:
+def selection_splits(config: SelectionConfig, ev: Evidence) -> list[tuple[np.ndarray, np.ndarray]]:
     """(train, held-out) index pairs over the gate's training rows."""
-    k = _auto(gate.selection_folds, AUTO_FOLDS, ev.n, "selection_folds")
-    repeats = _auto(gate.selection_repeats, AUTO_REPEATS, ev.n, "selection_repeats")
-    seed = int(gate.random_state)
+    k = _auto(config.folds, AUTO_FOLDS, ev.n, "selection_folds")
+    repeats = _auto(config.repeats, AUTO_REPEATS, ev.n, "selection_repeats")
+    seed = config.random_state
     if k == 1:
         return [
-            inner_split(ev.y, ev.task, gate.validation_fraction, seed + r) for r in range(repeats)
+            inner_split(ev.y, ev.task, config.validation_fraction, seed + r) for r in range(repeats)
         ]
     return [
         (np.sort(tr), np.sort(va))
@@ -113,19 +145,19 @@ def one_se_epoch(
 
 
 def search_candidates(
-    gate: IABMAGate,
+    config: SelectionConfig,
     Z: np.ndarray,
     ev: Evidence,
     log_priors: np.ndarray,
     members: list[Member],
 ) -> SearchOutcome:
     """Train and score every candidate on held-out rows; return the winner."""
-    epochs_max = int(gate.epochs)
-    calibrate = gate.temperature == "auto"
-    one_se = gate.early_stopping and gate.stopping_rule == "one_se"
-    record = calibrate or one_se or bool(gate.fallback)
-    splits = selection_splits(gate, ev)
-    rng = np.random.default_rng(gate.random_state)
+    epochs_max = config.epochs
+    calibrate = config.temperature == "auto"
+    one_se = config.early_stopping and config.stopping_rule == "one_se"
+    record = calibrate or one_se or config.fallback
+    splits = selection_splits(config, ev)
+    rng = np.random.default_rng(config.random_state)
     alive = list(range(len(members)))
     total = np.zeros((epochs_max, len(members)))
     count = np.zeros(len(members))
@@ -134,9 +166,9 @@ def search_candidates(
     held_out: dict[int, list[np.ndarray]] = {k: [] for k in alive}
     steps_per_epoch = 1
     for split, (tr, va) in enumerate(splits):
-        if gate.search_max_rows is not None and len(tr) > gate.search_max_rows:
-            tr = np.sort(rng.choice(tr, size=int(gate.search_max_rows), replace=False))
-        steps_per_epoch = -(-len(tr) // int(gate.batch_size))
+        if config.search_max_rows is not None and len(tr) > config.search_max_rows:
+            tr = np.sort(rng.choice(tr, size=config.search_max_rows, replace=False))
+        steps_per_epoch = -(-len(tr) // config.batch_size)
         halve = split == 0 and len(alive) > SURVIVORS and epochs_max >= 4
         res = train_members(
             Z[tr],
@@ -147,7 +179,7 @@ def search_candidates(
             validation=(Z[va], ev.log_lik[va]),
             record_val_logits=record,
             prune=(epochs_max // 4, SURVIVORS) if halve else None,
-            **gate.net_kwargs(),
+            **config.net_kwargs(),
         )
         assert res.val_nll is not None
         survivors = []
@@ -164,19 +196,20 @@ def search_candidates(
                 assert res.val_logits is not None
                 logits[k].append(res.val_logits[:, i])
         alive = survivors
-    epochs, scores = best_epochs(total[:, alive] / count[alive], bool(gate.early_stopping))
+    epochs, scores = best_epochs(total[:, alive] / count[alive], config.early_stopping)
     best = int(np.argmin(scores))
     winner, epoch = alive[best], int(epochs[best])
     if one_se:
         epoch = one_se_epoch(epoch, logits[winner], held_out[winner], ev)
-    temperature = 1.0 if gate.temperature in (None, "auto") else float(gate.temperature)
+    fixed = config.temperature
+    temperature = float(fixed) if isinstance(fixed, (int, float)) else 1.0
     choice = None
     if record:
         w = np.concatenate([softmax_f32(lg[epoch]) for lg in logits[winner]])
         rows = ev.rows(np.concatenate(held_out[winner]))
         if calibrate:
             temperature = fit_temperature(w, rows)
-        if gate.fallback:
+        if config.fallback:
             # Stacking's pooled weights for each split, fitted on its training rows only.
             pooled = np.concatenate(
                 [

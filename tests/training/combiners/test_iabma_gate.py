@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from dataclasses import FrozenInstanceError, replace
+
 import numpy as np
 import pytest
 
 from training.combiners.iabma_gate import IABMAGate
+from training.combiners.selection import selection_splits
 from training.errors import NotFittedError, ParameterError
 from training.evidence import prior_energy
 from training.prior import baseline_for_new_inputs
@@ -56,6 +59,18 @@ def test_selection_folds_follow_the_data_size(fitted_inputs) -> None:
         epochs=4, kl_weight=0.0, objective="marginal", selection_folds=1, selection_repeats=1
     ).fit(Z, ev)
     assert one.n_selection_folds_ == 1
+
+
+def test_the_selection_reads_a_frozen_config_not_the_gate(fitted_inputs) -> None:
+    _, ev = fitted_inputs
+    config = IABMAGate(selection_folds="auto", random_state=3).selection_config()
+    with pytest.raises(FrozenInstanceError):
+        config.epochs = 1  # type: ignore[misc]  # writing a frozen field is what fails
+    assert (config.folds, config.random_state, config.epochs) == ("auto", 3, 40)
+    assert len(selection_splits(config, ev)) == 3  # 1000 rows: 3 folds, once
+    one = selection_splits(replace(config, folds=1, validation_fraction=0.25), ev)
+    ((train, held_out),) = one
+    assert len(held_out) == 250 and len(np.intersect1d(train, held_out)) == 0
 
 
 def test_sum_reduction_baseline_is_the_total(fitted_inputs) -> None:
