@@ -25,7 +25,7 @@ from app.bundle.mixture import (
     summarise_regression,
 )
 from app.bundle.normalise import Normaliser, rule_for
-from app.bundle.prior import classification_energy, prior_from_energy, regression_energy
+from app.bundle.prior import expert_energy, prior_from_energy
 from training.combiners.base import Combiner
 from training.combiners.iabma_gate import IABMAGate
 from training.combiners.registry import make_combiner
@@ -216,13 +216,10 @@ class _IABMABase(BaseEstimator):
         gate = self.combiner_
         if not isinstance(gate, IABMAGate):
             raise ParameterError("combiner", gate.name, "has no adaptive prior; only 'iabma' does")
-        out = self.expert_outputs(X)
-        if self._task == "classification":
-            energy = classification_energy(out)
-        else:
-            ev = self.evidence_
-            scale = ev.sigmas if gate.energy_scale == "sigma" else 1.0
-            energy = regression_energy(out, scale, ev.y_low, ev.y_high)
+        ev = self.evidence_
+        energy = expert_energy(
+            self.expert_outputs(X), ev.sigmas, gate.energy_scale, ev.y_low, ev.y_high
+        )
         return prior_from_energy(energy, gate.prior_baseline_, gate.prior_temperature_)
 
 

@@ -14,6 +14,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from app.bundle.prior import baseline_for_new_inputs, log_prior_at_training_points
 from training.combiners.base import (
     Combiner,
     check_features,
@@ -28,7 +29,6 @@ from training.nn.net import HIDDEN, mlp_logits, softmax_f32
 from training.nn.trainer import Member, train_members
 from training.onnx_graph import GraphBuilder, dense_layers
 from training.params import check_choice, check_int, check_positive, check_real, is_real
-from training.prior import baseline_for_new_inputs, log_prior_at_training_points
 
 KL_GRID = (0.0, 0.01, 0.03, 0.1, 0.3, 1.0)
 PRIOR_TEMPERATURE_GRID = (1.0, 4.0)

@@ -7,11 +7,11 @@ from dataclasses import FrozenInstanceError, replace
 import numpy as np
 import pytest
 
+from app.bundle.prior import baseline_for_new_inputs
 from training.combiners.iabma_gate import IABMAGate
 from training.combiners.selection import selection_splits
 from training.errors import NotFittedError, ParameterError
 from training.evidence import prior_energy
-from training.prior import baseline_for_new_inputs
 
 
 @pytest.fixture(scope="module")

@@ -175,9 +175,9 @@ def test_a_large_kl_weight_pulls_q_onto_the_prior(simulation_fit) -> None:
     experts' outputs that the (64, 32, 16) network can only approximate, so a few rows
     near the circle's edge stay further off (up to 0.07 here) at any lambda.
     """
+    from app.bundle.prior import log_prior_at_training_points
     from training.evidence import prior_energy
     from training.nn.net import mlp_logits, softmax_f32
-    from training.prior import log_prior_at_training_points
 
     est, train = simulation_fit.est, simulation_fit.train
     Z = est.encoder_.transform(est.columns(train.X))

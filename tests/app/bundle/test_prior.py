@@ -2,17 +2,22 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
-from app.bundle.prior import classification_energy, prior_from_energy, regression_energy
-from training.errors import ParameterError
-from training.prior import (
+from app.bundle.prior import (
+    classification_energy,
+    expert_energy,
     log_prior_at_training_points,
     loo_baseline,
+    prior_from_energy,
+    regression_energy,
     regression_energy_mc,
 )
 
@@ -88,9 +93,32 @@ def test_mean_reduction_keeps_the_prior_adaptive() -> None:
 
 def test_bad_prior_arguments_are_named() -> None:
     e = np.zeros((3, 2))
-    with pytest.raises(ParameterError, match="energy_reduction='median'"):
+    with pytest.raises(ValueError, match="energy_reduction='median'"):
         loo_baseline(e, "median")
-    with pytest.raises(ParameterError, match="prior_temperature=0"):
+    with pytest.raises(ValueError, match="prior_temperature=0"):
         log_prior_at_training_points(e, "mean", 0)
-    with pytest.raises(ParameterError, match="mc_samples=0"):
+    with pytest.raises(ValueError, match="mc_samples=0"):
         regression_energy_mc(e, 1.0, 0.0, 1.0, 0)
+
+
+def test_expert_energy_reads_the_task_from_the_outputs_shape() -> None:
+    rng = np.random.default_rng(0)
+    proba = rng.dirichlet(np.ones(3), size=(4, 2))
+    assert np.array_equal(expert_energy(proba, None, "sigma", 0, 0), classification_energy(proba))
+    means, sigmas = rng.normal(size=(4, 2)), np.array([0.5, 2.0])
+    unit = expert_energy(means, sigmas, "unit", -1.0, 2.0)
+    assert np.array_equal(unit, regression_energy(means, 1.0, -1.0, 2.0))
+    scaled = expert_energy(means, sigmas, "sigma", -1.0, 2.0)
+    assert np.array_equal(scaled, regression_energy(means, sigmas, -1.0, 2.0))
+    with pytest.raises(ValueError, match="needs the experts' sigmas"):
+        expert_energy(means, None, "sigma", -1.0, 2.0)
+
+
+def test_the_prior_maths_loads_without_a_runtime() -> None:
+    code = (
+        "import sys, app.bundle.prior; "
+        "print(sorted(m for m in ('onnxruntime', 'torch', 'sklearn', 'pandas', 'training') "
+        "if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
