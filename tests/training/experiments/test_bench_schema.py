@@ -8,7 +8,8 @@ from typing import Any, get_args
 
 import pytest
 
-from training.bench.schema import (
+from training.combiners.registry import COMBINER_NAMES
+from training.experiments.schema import (
     METHODS,
     METRICS,
     RESULTS_SCHEMA,
@@ -16,7 +17,6 @@ from training.bench.schema import (
     ResultsSchemaError,
     validate_results,
 )
-from training.combiners.registry import COMBINER_NAMES
 
 
 def make_results(task: str = "classification", methods: tuple[str, ...] = METHODS) -> dict:

@@ -6,8 +6,14 @@ import re
 
 import pytest
 
-from training.bench.results import aggregate, best_methods, format_table, mean_sd, render_markdown
-from training.bench.schema import METRICS
+from training.experiments.results import (
+    aggregate,
+    best_methods,
+    format_table,
+    mean_sd,
+    render_markdown,
+)
+from training.experiments.schema import METRICS
 
 
 def hand_made(task: str, values: dict[str, dict[str, float]]) -> dict:

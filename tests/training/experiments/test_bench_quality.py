@@ -9,9 +9,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from training.bench.config import load_config
-from training.bench.runner import run_quality
-from training.bench.schema import METHODS, METRICS, validate_results
+from training.experiments.config import load_config
+from training.experiments.runner import run_quality
+from training.experiments.schema import METHODS, METRICS, validate_results
 
 
 def png_size(path: Path) -> tuple[int, int]:

@@ -20,9 +20,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from training.bench.paper_experts import feature_bundles, paper_experts
 from training.datasets import Dataset, load_shared, simulate
 from training.evidence import Evidence, classification_evidence, regression_evidence
+from training.experiments.paper_experts import feature_bundles, paper_experts
 from training.experts.defaults import simulation_experts
 from training.experts.fitting import ExpertSet
 from training.features import FeatureSchema

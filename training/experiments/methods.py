@@ -15,13 +15,13 @@ from typing import Any
 import numpy as np
 
 from app.bundle.mixture import mix_classification, mix_regression
-from training.bench.config import DATASETS, method_params
-from training.bench.protocol import RepData
-from training.bench.schema import METHODS
 from training.combiners.base import Combiner
 from training.combiners.registry import make_combiner
 from training.errors import ParameterError
 from training.evidence import Evidence
+from training.experiments.config import DATASETS, method_params
+from training.experiments.protocol import RepData
+from training.experiments.schema import METHODS
 from training.metrics import classification_scores, regression_scores
 
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from training.bench.schema import METHODS, METRICS, validate_results, write_schema
+from training.experiments.schema import METHODS, METRICS, validate_results, write_schema
 
 #: "max", "min", or a target value the best method is closest to.
 DIRECTION: dict[str, str | float] = {

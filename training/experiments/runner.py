@@ -12,9 +12,11 @@ from typing import Any
 import numpy as np
 from tqdm import tqdm
 
-from training.bench import plots
-from training.bench.config import DATASETS
-from training.bench.methods import (
+from training.datasets import Dataset, load_csv
+from training.errors import ParameterError
+from training.experiments import plots
+from training.experiments.config import DATASETS
+from training.experiments.methods import (
     MethodOutcome,
     check_config,
     check_methods,
@@ -23,12 +25,10 @@ from training.bench.methods import (
     run_method,
     tuning_of,
 )
-from training.bench.protocol import RepData, prepare_rep
-from training.bench.report import header_lines, versions
-from training.bench.results import aggregate, render_markdown, write_outputs
-from training.bench.schema import METHODS, METRICS
-from training.datasets import Dataset, load_csv
-from training.errors import ParameterError
+from training.experiments.protocol import RepData, prepare_rep
+from training.experiments.report import header_lines, versions
+from training.experiments.results import aggregate, render_markdown, write_outputs
+from training.experiments.schema import METHODS, METRICS
 
 
 @dataclass(frozen=True)
@@ -99,14 +99,14 @@ def run_quality(
         Repetitions; repetition ``r`` uses seed ``base_seed + r`` for the split, the
         experts and every combiner.
     config : dict
-        From :func:`training.bench.config.load_config`.
+        From :func:`training.experiments.config.load_config`.
     out : Path
         Receives ``results.json``, ``results.schema.json``, ``details.json``,
         ``results.md`` and the PNG figures.
     csv : CsvSource, optional
         Any other table instead of ``dataset``.
     methods : sequence of str
-        A subset of :data:`~training.bench.schema.METHODS`.
+        A subset of :data:`~training.experiments.schema.METHODS`.
     paper_literal : bool
         Every method learns from in-sample likelihoods, and ``iabma`` uses the
         ``iabma_paper`` settings.

@@ -6,7 +6,7 @@ import platform
 from importlib import metadata
 from typing import Any
 
-from training.bench.protocol import RepData
+from training.experiments.protocol import RepData
 
 
 def header_lines(
