@@ -33,7 +33,7 @@ class BHSCombiner(Combiner):
     the stacking log score plus a ``N(0, s0^2)`` prior on the slopes (divided by ``n``
     because the score is a mean); the intercepts are unpenalised. It is convex in
     ``(b, beta)`` and minimised to convergence by L-BFGS-B with its analytic gradient,
-    since a few epochs of Adam at lr 1e-3 leave the weights near uniform (METHOD.md §5).
+    since a few epochs of Adam at lr 1e-3 leave the weights near uniform.
     With no features (``d = 0``) this is global stacking: one weight vector on the simplex
     maximising the mean log score.
 

@@ -3,7 +3,7 @@
 With ``"auto"`` settings the gate chooses its own variant on an inner validation split of
 the *training* rows (never on test data): every candidate ``(objective, kl_weight,
 prior_temperature)`` trains at once as one batched network, the lowest mixture NLL wins,
-and the winner is refitted on all the training rows. See METHOD.md §2 and §2a.
+and the winner is refitted on all the training rows. See docs/method.md, "The gate".
 """
 
 from __future__ import annotations

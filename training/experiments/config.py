@@ -37,10 +37,10 @@ PAPER_DEFAULTS: dict[str, Any] = {
     "stacking": {"temperature": "auto"},
     "ensemble_selection": {"rounds": 100, "temperature": "auto"},
     "dla": {"k": 50, "temperature": 1.0, "alpha": 1.0},
-    # METHOD.md §5 says 90% shrinkage (the appendix table's UCI column says 0.7).
+    # The paper's text says 90% shrinkage (its appendix table's UCI column says 0.7).
     "smc": {"threshold": 0.6, "quantile": 0.3, "min_coverage": 20, "shrinkage": 0.9},
     "bhs": {"slab_scale": 5.0, "temperature": "auto"},
-    # Our default IA-BMA: chooses its own variant on an inner split (METHOD.md §2a).
+    # Our default IA-BMA: chooses its own variant on an inner split (docs/method.md, "The gate").
     "iabma": {},
     # Ablations of the default: the adaptive prior off (lambda = 0), the temperature off.
     "iabma_lambda0": {"kl_weight": 0.0},

@@ -1,6 +1,6 @@
 """Minibatch Adam training of :class:`~training.nn.net.PosteriorNet` members.
 
-Each member ``k`` maximises, per point, one of the objectives of METHOD.md §2:
+Each member ``k`` maximises, per point, one of the objectives in docs/method.md ("The gate"):
 
 - ``"elbo"`` (the paper's beta-ELBO): ``sum_j q_j L_ij - lambda_k KL(q || p_i)``;
 - ``"marginal"``: ``log sum_j q_j f_j(y_i|x_i) - lambda_k KL(q || p_i)``; at

@@ -31,7 +31,7 @@ def _sigmoid(u: float) -> float:
     [(3, 0.1388, 0.5346), (5, -1.7775, 0.1446), (9, -5.7643, 0.00313)],
 )
 def test_two_model_bernoulli_example(beta_1: float, log_odds: float, p_f1: float) -> None:
-    """Paper §3.1: C1 - C2 = log 5, x = 1, beta_2 = 1 (METHOD.md §1 oracle table)."""
+    """Paper §3.1: C1 - C2 = log 5, x = 1, beta_2 = 1 (the paper's worked example)."""
     x, beta_2 = 1.0, 1.0
     proba = np.array(
         [
