@@ -3,6 +3,11 @@
 ``IABMAClassifier(experts).fit(X, y)`` fits the experts (out-of-fold by default), builds
 the evidence, encodes the gate features and fits the combiner (IA-BMA's posterior gate
 unless another combiner is given). Fitted attributes end in ``_``.
+
+``fit`` is four public stages, which the paper's experiments call one by one:
+:meth:`~_IABMABase.prepare` (X read once, the target encoded),
+:meth:`~_IABMABase.fit_experts` (and their out-of-fold evidence),
+:meth:`~_IABMABase.fit_gate_encoder` and :meth:`~_IABMABase.fit_gate`.
 """
 
 from __future__ import annotations
@@ -10,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
 import numpy as np
@@ -55,6 +61,15 @@ def fingerprint(X: pd.DataFrame, y: np.ndarray) -> str:
     return h.hexdigest()
 
 
+@dataclass(frozen=True)
+class FeatureData:
+    """Raw ``X`` read once by the schema: the graph-name columns the gate and the ONNX
+    graphs take, and the same values as the frame the sklearn experts fit on."""
+
+    columns: Columns
+    frame: pd.DataFrame
+
+
 class _IABMABase(BaseEstimator):
     _task: ClassVar[Literal["classification", "regression"]]
 
@@ -94,10 +109,16 @@ class _IABMABase(BaseEstimator):
         self.scheduler = scheduler
 
     # -- hooks for the two tasks ----------------------------------------------------------
-    def _encode_target(self, y: pd.Series) -> np.ndarray:
+    def _fit_target(self, y: pd.Series) -> np.ndarray:
+        """Learn the target's encoding from the training ``y``; return it encoded."""
         raise TypeError  # pragma: no cover - both subclasses override
 
-    def _evidence(self, outputs: np.ndarray, y_fit: np.ndarray) -> Evidence:
+    def encode_target(self, y: Any) -> np.ndarray:
+        """``y`` as the experts and the evidence see it: class codes, or standardised."""
+        raise TypeError  # pragma: no cover
+
+    def evidence_of(self, outputs: np.ndarray, y_fit: np.ndarray) -> Evidence:
+        """The experts' ``outputs`` (standardised) on rows whose encoded target is ``y_fit``."""
         raise TypeError  # pragma: no cover
 
     def _standardise(self, outputs: np.ndarray) -> np.ndarray:
@@ -126,7 +147,11 @@ class _IABMABase(BaseEstimator):
             raise ParameterError("combiner", self.combiner, "must be a Combiner, a name, or None")
         return clone(self.combiner)
 
-    def fit(self, X: Any, y: Any) -> _IABMABase:
+    def prepare(self, X: Any, y: Any) -> tuple[FeatureData, np.ndarray]:
+        """Stage 1: infer the schema, read ``X`` once and learn the target's encoding.
+
+        Returns the features and the encoded target, which the later stages take.
+        """
         X = as_frame(X)
         y = pd.Series(np.asarray(y).ravel() if not isinstance(y, pd.Series) else y.to_numpy())
         if len(y) != len(X):
@@ -138,14 +163,34 @@ class _IABMABase(BaseEstimator):
                 f"{missing.size} missing values, first at row {missing[0]}",
                 "must not contain NaN or None",
             )
-        experts = self._check_experts()
         self.schema_ = FeatureSchema.infer(
             X, self.categorical, self._rule(), check_int("max_categories", self.max_categories)
         )
-        y_fit = self._encode_target(y)
-        # X is read once: the experts see it as a frame, the gate as columns.
+        y_fit = self._fit_target(y)
+        self.data_fingerprint_ = fingerprint(X, y.to_numpy())
+        self.n_features_in_ = X.shape[1]
+        self.feature_names_in_ = np.asarray(X.columns, dtype=object)
+        return self._read(X), y_fit
+
+    def features(self, X: Any) -> FeatureData:
+        """``X`` read by the schema learnt in :meth:`prepare`."""
+        if not hasattr(self, "schema_"):
+            raise NotFittedError(f"{type(self).__name__} is not prepared; call fit first")
+        return self._read(as_frame(X))
+
+    def _read(self, X: pd.DataFrame) -> FeatureData:
         columns = self.schema_.columns(X)
-        frame = frame_of(columns, X.index)
+        return FeatureData(columns, frame_of(columns, X.index))
+
+    def fit_experts(
+        self, data: FeatureData, y_fit: np.ndarray, *, to_onnx: bool = True
+    ) -> _IABMABase:
+        """Stage 2: fit the experts and keep their evidence on the training rows.
+
+        ``to_onnx=False`` keeps the fitted estimators' own predictions and skips the ONNX
+        conversion: enough to compare combiners, not to export a bundle.
+        """
+        experts = self._check_experts()
         t_experts = time.perf_counter()
         self.experts_ = ExpertSet(
             experts,
@@ -156,29 +201,46 @@ class _IABMABase(BaseEstimator):
             holdout_fraction=self.holdout_fraction,
             random_state=self.random_state,
             verbose=self.verbose,
+            to_onnx=to_onnx,
             n_jobs=self.n_jobs,
             scheduler=self.scheduler,
-        ).fit(frame, y_fit, self.schema_)
+        ).fit(data.frame, y_fit, self.schema_)
         self.expert_fit_seconds_ = time.perf_counter() - t_experts
         self.expert_names_ = [e.name for e in experts]
         rows = self.experts_.evidence_rows_
-        self.evidence_ = self._evidence(self._standardise(self.experts_.predictions_), y_fit[rows])
+        outputs = self._standardise(self.experts_.predictions_)
+        self.evidence_ = self.evidence_of(outputs, y_fit[rows])
+        return self
+
+    def fit_gate_encoder(self, data: FeatureData) -> _IABMABase:
+        """Stage 3: the gate's view of the features (``gate_features``), fitted on ``data``."""
         gate_names = (
             list(self.gate_features) if self.gate_features is not None else self.schema_.names
         )
         unknown = [g for g in gate_names if g not in self.schema_.names]
         if unknown or not gate_names:
             raise ParameterError("gate_features", unknown or gate_names, "must name columns of X")
-        self.encoder_ = GateEncoder(self.schema_.subset(gate_names))
-        Z = self.encoder_.fit(columns).transform(columns)[rows]
+        self.encoder_ = GateEncoder(self.schema_.subset(gate_names)).fit(data.columns)
+        return self
+
+    def gate_inputs(self, data: FeatureData) -> np.ndarray:
+        """``Z``: the encoded gate features of ``data``, float32."""
+        return self.encoder_.transform(data.columns)
+
+    def fit_gate(self, Z: np.ndarray, evidence: Evidence) -> _IABMABase:
+        """Stage 4: fit the combiner on gate inputs ``Z`` and the evidence of the same rows."""
         t0 = time.perf_counter()
-        self.combiner_ = self._make_combiner().fit(Z, self.evidence_)
+        self.combiner_ = self._make_combiner().fit(Z, evidence)
         self.gate_fit_seconds_ = time.perf_counter() - t0
         self.mixture_temperature_ = float(getattr(self.combiner_, "temperature_", 1.0))
-        self.data_fingerprint_ = fingerprint(X, y.to_numpy())
-        self.n_features_in_ = X.shape[1]
-        self.feature_names_in_ = np.asarray(X.columns, dtype=object)
         return self
+
+    def fit(self, X: Any, y: Any) -> _IABMABase:
+        data, y_fit = self.prepare(X, y)
+        self.fit_experts(data, y_fit)
+        self.fit_gate_encoder(data)
+        Z = self.gate_inputs(data)[self.experts_.evidence_rows_]
+        return self.fit_gate(Z, self.evidence_)
 
     # -- prediction ---------------------------------------------------------------------------
     def _check_is_fitted(self) -> None:
@@ -201,6 +263,10 @@ class _IABMABase(BaseEstimator):
 
     def _outputs(self, columns: Columns) -> np.ndarray:
         return self._standardise(self.experts_.predict_raw(frame_of(columns)))
+
+    def outputs_of(self, data: FeatureData) -> np.ndarray:
+        """The fitted experts' outputs on ``data``, as :meth:`expert_outputs` gives them."""
+        return self._standardise(self.experts_.predict_raw(data.frame))
 
     def weights(self, X: Any) -> np.ndarray:
         """``alpha(x)``: (n, m) weights per expert, rows on the simplex."""
@@ -247,7 +313,7 @@ class IABMAClassifier(ClassifierMixin, _IABMABase):
     max_categories : int
         Keep at most this many levels of a categorical column; the rest share one bucket.
     likelihood_source : {"oof", "holdout", "in_sample"}
-        Where L comes from (METHOD.md §3).
+        Where L comes from (docs/method.md, "Where the likelihoods come from").
     cv : int
         Folds for ``"oof"``.
     holdout_fraction : float
@@ -265,7 +331,9 @@ class IABMAClassifier(ClassifierMixin, _IABMABase):
 
     _task = "classification"
 
-    def _encode_target(self, y: pd.Series) -> np.ndarray:
+    @staticmethod
+    def _labels(y: pd.Series) -> np.ndarray:
+        """Integral floats as integers, anything else non-numeric as text."""
         values = y.to_numpy()
         if values.dtype.kind == "f":
             if not np.all(np.isfinite(values)) or not np.all(values == np.round(values)):
@@ -277,14 +345,25 @@ class IABMAClassifier(ClassifierMixin, _IABMABase):
             values = values.astype(np.int64)
         if values.dtype.kind not in "iub":
             values = values.astype(str)
-        self.classes_, codes = np.unique(values, return_inverse=True)
+        return values
+
+    def _fit_target(self, y: pd.Series) -> np.ndarray:
+        self.classes_, codes = np.unique(self._labels(y), return_inverse=True)
         if len(self.classes_) < 2:
             raise ParameterError(
                 "y", self.classes_.tolist(), "has a single class; need at least two"
             )
         return codes.astype(np.int64)
 
-    def _evidence(self, outputs: np.ndarray, y_fit: np.ndarray) -> Evidence:
+    def encode_target(self, y: Any) -> np.ndarray:
+        labels = self._labels(pd.Series(np.asarray(y).ravel()))
+        codes = np.minimum(np.searchsorted(self.classes_, labels), len(self.classes_) - 1)
+        unseen = self.classes_[codes] != labels
+        if unseen.any():
+            raise ParameterError("y", labels[unseen][0], "is a class training never saw")
+        return codes.astype(np.int64)
+
+    def evidence_of(self, outputs: np.ndarray, y_fit: np.ndarray) -> Evidence:
         return classification_evidence(outputs, y_fit)
 
     def mixture(self, X: Any) -> ClassMixture:
@@ -310,7 +389,7 @@ class IABMARegressor(RegressorMixin, _IABMABase):
 
     _task = "regression"
 
-    def _encode_target(self, y: pd.Series) -> np.ndarray:
+    def _fit_target(self, y: pd.Series) -> np.ndarray:
         try:
             values = pd.to_numeric(y).to_numpy(dtype=np.float64)
         except (TypeError, ValueError):
@@ -327,6 +406,10 @@ class IABMARegressor(RegressorMixin, _IABMABase):
         self.y_low_, self.y_high_ = float(y_std.min()), float(y_std.max())
         return y_std
 
+    def encode_target(self, y: Any) -> np.ndarray:
+        values = pd.to_numeric(pd.Series(np.asarray(y).ravel())).to_numpy(dtype=np.float64)
+        return (values - self.y_mean_) / self.y_scale_
+
     def _standardise(self, outputs: np.ndarray) -> np.ndarray:
         out = np.array(outputs, dtype=np.float64)
         for j, e in enumerate(self.experts):
@@ -334,12 +417,17 @@ class IABMARegressor(RegressorMixin, _IABMABase):
                 out[:, j] = (out[:, j] - self.y_mean_) / self.y_scale_
         return out
 
-    def _evidence(self, outputs: np.ndarray, y_fit: np.ndarray) -> Evidence:
-        self.sigmas_ = np.sqrt(np.mean((outputs - y_fit[:, None]) ** 2, axis=0))
-        self.sigmas_ = np.maximum(self.sigmas_, 1e-6)
-        return regression_evidence(
-            outputs, y_fit, self.sigmas_, y_low=self.y_low_, y_high=self.y_high_
-        )
+    def evidence_of(self, outputs: np.ndarray, y_fit: np.ndarray) -> Evidence:
+        """Gaussian likelihoods whose std per expert is the RMSE of its residuals here."""
+        sigmas = np.maximum(np.sqrt(np.mean((outputs - y_fit[:, None]) ** 2, axis=0)), 1e-6)
+        return regression_evidence(outputs, y_fit, sigmas, y_low=self.y_low_, y_high=self.y_high_)
+
+    def fit_experts(
+        self, data: FeatureData, y_fit: np.ndarray, *, to_onnx: bool = True
+    ) -> IABMARegressor:
+        super().fit_experts(data, y_fit, to_onnx=to_onnx)
+        self.sigmas_ = self.evidence_.sigmas
+        return self
 
     def distribution(self, X: Any) -> RegressionSummary:
         """Mean, std, 90% interval and the variance split, in the target's units."""

@@ -4,15 +4,17 @@
 of the target), balances the training split by downsampling (classification), builds the
 feature bundles and the paper's experts from the training split only, fits the experts
 (out-of-fold evidence, then a refit on the whole training split) and encodes the gate
-features. Experts dominate the cost, so a repetition can be cached on disk and reused
-while the combiners are varied.
+features. Each of those steps is a stage of the estimator
+(:class:`~training.estimator.IABMAClassifier`), called here one by one, so the
+experiments and a trained bundle read X, encode the target and build the evidence alike.
+Experts dominate the cost, so a repetition can be cached on disk and reused while the
+combiners are varied.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,13 +22,12 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from app.bundle.mixture import clip_proba
 from training.datasets import Dataset, load_shared, simulate
+from training.estimator import IABMAClassifier, IABMARegressor
 from training.evidence import Evidence, classification_evidence, regression_evidence
 from training.experiments.paper_experts import feature_bundles, paper_experts
 from training.experts.defaults import simulation_experts
-from training.experts.fitting import ExpertSet
-from training.features import FeatureSchema
-from training.gate_encoder import GateEncoder
 from training.splits import holdout_split
 
 CACHE_VERSION = 1
@@ -96,26 +97,6 @@ def split(
     return train, test
 
 
-def _encode_y(train: Dataset, test: Dataset) -> tuple[np.ndarray, np.ndarray, float, float]:
-    if train.task == "classification":
-        classes = np.unique(train.y.astype(str))
-        lookup = {c: i for i, c in enumerate(classes)}
-        enc = [
-            np.array([lookup[v] for v in d.y.astype(str)], dtype=np.int64) for d in (train, test)
-        ]
-        return enc[0], enc[1], 0.0, 1.0
-    y = train.y.to_numpy(dtype=np.float64)
-    mean, scale = float(y.mean()), float(y.std())
-    return (y - mean) / scale, (test.y.to_numpy(dtype=np.float64) - mean) / scale, mean, scale
-
-
-def _evidence(task: str, outputs: np.ndarray, y: np.ndarray) -> Evidence:
-    if task == "classification":
-        return classification_evidence(outputs, y)
-    sigmas = np.maximum(np.sqrt(np.mean((outputs - y[:, None]) ** 2, axis=0)), 1e-6)
-    return regression_evidence(outputs, y, sigmas, y_low=float(y.min()), y_high=float(y.max()))
-
-
 def compute_rep(
     dataset: str,
     rep: int,
@@ -126,48 +107,41 @@ def compute_rep(
 ) -> RepData:
     train, test = split(dataset, seed, protocol, data_dir, csv)
     task = train.task
-    schema = FeatureSchema.infer(train.X)
-    frame_tr, frame_te = schema.frame(train.X), schema.frame(test.X)
-    y_tr, y_te, y_mean, y_scale = _encode_y(train, test)
+    # The experts depend on the prepared training split, so they are set after stage 1.
+    est = (IABMAClassifier if task == "classification" else IABMARegressor)(
+        [], cv=protocol["cv"], random_state=seed
+    )
+    data, y_tr = est.prepare(train.X, train.y)
     if dataset == "simulation":
         experts = simulation_experts(protocol.get("simulation_circles") == "paper")
     else:
-        bundles = feature_bundles(frame_tr, y_tr, schema)
-        experts = paper_experts(task, bundles, schema, seed, protocol["min_category_frequency"])
-    n_classes = int(y_tr.max()) + 1 if task == "classification" else 0
-    t0 = time.perf_counter()
-    fitted = ExpertSet(
-        experts, task, n_classes=n_classes, cv=protocol["cv"], random_state=seed, to_onnx=False
-    ).fit(frame_tr, y_tr, schema)
-    seconds = time.perf_counter() - t0
-    in_sample = fitted.predict_raw(frame_tr)
-    encoder = GateEncoder(schema).fit(schema.columns(train.X))
+        bundles = feature_bundles(data.frame, y_tr, est.schema_)
+        experts = paper_experts(
+            task, bundles, est.schema_, seed, protocol["min_category_frequency"]
+        )
+    est.set_params(experts=experts).fit_experts(data, y_tr, to_onnx=False)
+    est.fit_gate_encoder(data)
+    test_data = est.features(test.X)
+    test_outputs = est.outputs_of(test_data)
+    y_mean, y_scale = (0.0, 1.0) if task == "classification" else (est.y_mean_, est.y_scale_)
     return RepData(
         dataset=dataset,
         task=task,
         rep=rep,
         seed=seed,
-        expert_names=[e.name for e in experts],
-        Z_train=encoder.transform(schema.columns(train.X)),
-        Z_test=encoder.transform(schema.columns(test.X)),
-        evidence=_evidence(task, fitted.predictions_, y_tr),
-        evidence_in_sample=_evidence(task, in_sample, y_tr),
-        test_outputs=fitted.predict_raw(frame_te)
-        if task == "regression"
-        else _clip(fitted.predict_raw(frame_te)),
-        y_test=y_te,
+        expert_names=est.expert_names_,
+        Z_train=est.gate_inputs(data),
+        Z_test=est.gate_inputs(test_data),
+        evidence=est.evidence_,
+        evidence_in_sample=est.evidence_of(est.outputs_of(data), y_tr),
+        test_outputs=test_outputs if task == "regression" else clip_proba(test_outputs),
+        y_test=est.encode_target(test.y),
         y_mean=y_mean,
         y_scale=y_scale,
         X_test=test.X if dataset == "simulation" else None,
         region_test=test.region,
-        expert_fit_seconds=seconds,
+        expert_fit_seconds=est.expert_fit_seconds_,
     )
-
-
-def _clip(p: np.ndarray) -> np.ndarray:
-    from app.bundle.mixture import clip_proba
-
-    return clip_proba(p)
 
 
 def cache_key(dataset: str, seed: int, protocol: dict[str, Any], csv_id: str = "") -> str:
