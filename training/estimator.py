@@ -426,7 +426,9 @@ class IABMARegressor(RegressorMixin, _IABMABase):
         self, data: FeatureData, y_fit: np.ndarray, *, to_onnx: bool = True
     ) -> IABMARegressor:
         super().fit_experts(data, y_fit, to_onnx=to_onnx)
-        self.sigmas_ = self.evidence_.sigmas
+        sigmas = self.evidence_.sigmas
+        assert sigmas is not None  # regression evidence always has them
+        self.sigmas_: np.ndarray = sigmas
         return self
 
     def distribution(self, X: Any) -> RegressionSummary:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import onnx
@@ -59,7 +60,7 @@ class GraphBuilder:
 
     def const(
         self,
-        value: np.ndarray | float | int | Sequence[float],
+        value: np.ndarray | np.number | float | int | Sequence[float],
         hint: str = "c",
         *,
         f64: bool = False,
@@ -79,14 +80,14 @@ class GraphBuilder:
         *,
         out: str | None = None,
         domain: str = "",
-        **attrs: object,
+        **attrs: Any,
     ) -> str:
         out = out or self.fresh(op_type.lower())
         self.nodes.append(helper.make_node(op_type, list(inputs), [out], domain=domain, **attrs))
         return out
 
     def op_multi(
-        self, op_type: str, inputs: Sequence[str], n_outputs: int, **attrs: object
+        self, op_type: str, inputs: Sequence[str], n_outputs: int, **attrs: Any
     ) -> list[str]:
         """A node with several outputs (TopK, say)."""
         outs = [self.fresh(op_type.lower()) for _ in range(n_outputs)]

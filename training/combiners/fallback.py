@@ -104,8 +104,13 @@ def choose_gate(
     """
     n, m = held_out.n, held_out.m
     best = int(np.argmax(all_rows.log_lik.mean(axis=0)))
-    constants = {"uniform": np.full(m, 1.0 / m), "best_single": np.eye(m)[best]}
-    scored = {k: np.broadcast_to(w, (n, m)) for k, w in constants.items()}
+    constants: dict[GateKind, np.ndarray] = {
+        "uniform": np.full(m, 1.0 / m),
+        "best_single": np.eye(m)[best],
+    }
+    scored: dict[GateKind, np.ndarray] = {
+        k: np.broadcast_to(w, (n, m)) for k, w in constants.items()
+    }
     if pooled is not None:
         constants["stacking"] = pooled[1]
         scored["stacking"] = pooled[0]
@@ -122,7 +127,7 @@ def choose_gate(
             "network", temps["network"], None, nll, f"the network beats every plain gate; {where}"
         )
     return GateChoice(
-        rival,  # type: ignore[arg-type]
+        rival,
         temps[rival],
         constants[rival],
         nll,

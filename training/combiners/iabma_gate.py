@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Sequence
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import numpy as np
 
@@ -26,7 +26,7 @@ from training.combiners.selection import SelectionConfig, search_candidates
 from training.errors import ParameterError
 from training.evidence import Evidence, prior_energy
 from training.nn.net import HIDDEN, mlp_logits, softmax_f32
-from training.nn.trainer import Member, train_members
+from training.nn.trainer import Member, Objective, train_members
 from training.onnx_graph import GraphBuilder, dense_layers
 from training.params import check_choice, check_int, check_positive, check_real, is_real
 
@@ -155,9 +155,11 @@ class IABMAGate(Combiner):
             raise ParameterError(param, value, "must be a non-negative number or 'auto'")
         return [float(value)]
 
-    def _validate(self) -> tuple[list[str], list[float], list[float]]:
+    def _validate(self) -> tuple[list[Objective], list[float], list[float]]:
         objective = check_choice("objective", self.objective, ("elbo", "marginal", "auto"))
-        objectives = ["elbo", "marginal"] if objective == "auto" else [objective]
+        objectives: list[Objective] = ["elbo", "marginal"]
+        if objective != "auto":
+            objectives = [cast(Objective, objective)]
         lams = self._grid(self.kl_weight, self.kl_grid, "kl_weight")
         taus = self._grid(self.prior_temperature, self.prior_temperature_grid, "prior_temperature")
         if any(t <= 0 for t in taus):
@@ -220,7 +222,7 @@ class IABMAGate(Combiner):
             epochs = max(1, round(steps / -(-evidence.n // int(self.batch_size))))
         elif isinstance(self.temperature, (int, float)):
             self.temperature_ = float(self.temperature)
-        self.selected_ = {
+        self.selected_: dict[str, Any] = {
             "objective": chosen.objective,
             "kl_weight": chosen.kl_weight,
             "prior_temperature": taus[chosen.prior_index],

@@ -99,7 +99,9 @@ class MoECombiner(Combiner):
             epochs=int(self.epochs),
             random_state=int(self.random_state),
         )
-        self.layers_ = result.layers[0]
+        layers = result.layers[0]
+        assert layers is not None  # only members pruned by a search have none
+        self.layers_ = layers
         self.n_features_in_ = Z.shape[1]
         return self
 

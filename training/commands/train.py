@@ -6,7 +6,7 @@ import argparse
 import json
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from app.bundle.normalise import PANDAS_NA_VALUES
 
@@ -64,11 +64,11 @@ def add_parser(sub: Any) -> None:
     p.set_defaults(run=run)
 
 
-def _kl_weight(text: str) -> float | str:
+def _kl_weight(text: str) -> float | Literal["auto"]:
     from training.errors import ParameterError
 
     if text == "auto":
-        return text
+        return "auto"
     try:
         return float(text)
     except ValueError:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import matplotlib
 
@@ -13,6 +13,7 @@ matplotlib.use("Agg")  # files only: no display on a server or in CI
 
 import matplotlib.pyplot as plt
 import numpy as np
+from matplotlib.colors import ListedColormap
 from matplotlib.patches import Patch
 
 from training.combiners.base import Combiner
@@ -22,6 +23,13 @@ N_BINS = 15
 _DPI = 110
 
 
+def _tab10() -> Sequence[Any]:
+    """The ten colours of the tab10 palette, one per expert."""
+    cmap = plt.get_cmap("tab10")
+    assert isinstance(cmap, ListedColormap)  # a palette, unlike the continuous maps
+    return cast(Sequence[Any], cmap.colors)
+
+
 def _grid(n: int, ncols: int, size: float = 3.0) -> tuple[Any, np.ndarray]:
     nrows = math.ceil(n / ncols)
     fig, axes = plt.subplots(
@@ -29,7 +37,7 @@ def _grid(n: int, ncols: int, size: float = 3.0) -> tuple[Any, np.ndarray]:
     )
     for ax in axes.flat[n:]:
         ax.axis("off")
-    return fig, axes.flat
+    return fig, axes.ravel()
 
 
 def _save(fig: Any, path: Path) -> Path:
@@ -95,7 +103,7 @@ def mean_weights(
     """
     methods = list(weights)
     m = len(expert_names)
-    colors = plt.get_cmap("tab10").colors
+    colors = _tab10()
     fig, ax = plt.subplots(figsize=(max(8.0, 1.1 * len(methods) + 2), 4.2))
     x = np.arange(len(methods))
     width = 0.8 / m
@@ -160,7 +168,7 @@ def weight_fields(
     G1, G2 = np.meshgrid(g1, g2)
     grid = np.column_stack([G1.ravel(), G2.ravel()])
     Zg = (grid @ A + b).astype(np.float32)
-    colors = np.asarray(plt.get_cmap("tab10").colors)[: len(expert_names)]
+    colors = np.asarray(_tab10())[: len(expert_names)]
     extent = (g1[0], g1[-1], g2[0], g2[-1])
 
     fig, axes = _grid(len(combiners) + 1, min(4, len(combiners) + 1), size=3.2)

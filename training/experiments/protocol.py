@@ -150,7 +150,8 @@ def cache_key(dataset: str, seed: int, protocol: dict[str, Any], csv_id: str = "
 
 
 def _save(path: Path, rd: RepData) -> None:
-    arrays: dict[str, np.ndarray] = {
+    # Any: numpy types savez_compressed keywords as ArrayLike but reserves allow_pickle.
+    arrays: dict[str, Any] = {
         "Z_train": rd.Z_train,
         "Z_test": rd.Z_test,
         "test_outputs": rd.test_outputs,
@@ -192,8 +193,8 @@ def _load(path: Path) -> RepData:
         get = lambda k: a.get(f"{prefix}_{k}")  # noqa: E731
         return Evidence(
             meta["task"],
-            get("y"),
-            get("log_lik"),
+            a[f"{prefix}_y"],
+            a[f"{prefix}_log_lik"],
             proba=get("proba"),
             means=get("means"),
             sigmas=get("sigmas"),
