@@ -20,23 +20,16 @@ from typing import Any, ClassVar, Literal
 
 import numpy as np
 import pandas as pd
-from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin, clone
+from sklearn.base import BaseEstimator, clone
 
 from app.bundle.columns import Columns
-from app.bundle.mixture import (
-    ClassMixture,
-    RegressionSummary,
-    mix_classification,
-    mix_regression,
-    summarise_regression,
-)
 from app.bundle.normalise import Normaliser, rule_for
 from app.bundle.prior import expert_energy, prior_from_energy
 from training.combiners.base import Combiner
 from training.combiners.iabma_gate import IABMAGate
 from training.combiners.registry import make_combiner
 from training.errors import NotFittedError, ParameterError
-from training.evidence import Evidence, classification_evidence, regression_evidence
+from training.evidence import Evidence
 from training.experts.fitting import ExpertSet
 from training.experts.spec import Expert
 from training.features import MAX_CATEGORIES, FeatureSchema, frame_of
@@ -287,159 +280,3 @@ class _IABMABase(BaseEstimator):
             self.expert_outputs(X), ev.sigmas, gate.energy_scale, ev.y_low, ev.y_high
         )
         return prior_from_energy(energy, gate.prior_baseline_, gate.prior_temperature_)
-
-
-class IABMAClassifier(ClassifierMixin, _IABMABase):
-    """Input-adaptive Bayesian model averaging of classifiers.
-
-    Parameters
-    ----------
-    experts : sequence of Expert
-        At least two; an :class:`~training.experts.spec.ExpertRegistry` works too.
-    combiner : Combiner, str or None
-        The gate; IA-BMA's :class:`~training.combiners.iabma_gate.IABMAGate` when None.
-    gate_features : sequence of str, optional
-        Raw features the gate reads (all by default).
-    categorical : sequence of str
-        Columns to treat as categorical even if numeric (pandas ``category`` columns are).
-    na_values : sequence of str, optional
-        Text that means a missing value, added to pandas' ``read_csv`` defaults
-        (``""``, ``"NA"``, ``"NaN"``, ``"null"``, ...); ``"unknown"`` or ``"?"`` are
-        categories unless listed here. Recorded in the bundle and applied by the server.
-    keep_default_na : bool
-        False drops pandas' defaults, leaving only ``na_values``.
-    decimal : {".", ","}
-        The decimal mark of numbers written as text.
-    max_categories : int
-        Keep at most this many levels of a categorical column; the rest share one bucket.
-    likelihood_source : {"oof", "holdout", "in_sample"}
-        Where L comes from (docs/method.md, "Where the likelihoods come from").
-    cv : int
-        Folds for ``"oof"``.
-    holdout_fraction : float
-        Calibration share for ``"holdout"``.
-    random_state : int
-    verbose : bool
-        Progress bars.
-    n_jobs : int
-        Processes for the experts' cross-fitting (joblib; -1 = every core). The fitted
-        result does not depend on it.
-    scheduler : str, optional
-        A Dask scheduler address: the cross-fitting runs on that cluster through joblib's
-        Dask backend (the ``dask`` extra). Defaults to ``$IABMA_DASK_SCHEDULER``.
-    """
-
-    _task = "classification"
-
-    @staticmethod
-    def _labels(y: pd.Series) -> np.ndarray:
-        """Integral floats as integers, anything else non-numeric as text."""
-        values = y.to_numpy()
-        if values.dtype.kind == "f":
-            if not np.all(np.isfinite(values)) or not np.all(values == np.round(values)):
-                raise ParameterError(
-                    "y",
-                    "non-integer float values",
-                    "look like a regression target; use IABMARegressor",
-                )
-            values = values.astype(np.int64)
-        if values.dtype.kind not in "iub":
-            values = values.astype(str)
-        return values
-
-    def _fit_target(self, y: pd.Series) -> np.ndarray:
-        self.classes_, codes = np.unique(self._labels(y), return_inverse=True)
-        if len(self.classes_) < 2:
-            raise ParameterError(
-                "y", self.classes_.tolist(), "has a single class; need at least two"
-            )
-        return codes.astype(np.int64)
-
-    def encode_target(self, y: Any) -> np.ndarray:
-        labels = self._labels(pd.Series(np.asarray(y).ravel()))
-        codes = np.minimum(np.searchsorted(self.classes_, labels), len(self.classes_) - 1)
-        unseen = self.classes_[codes] != labels
-        if unseen.any():
-            raise ParameterError("y", labels[unseen][0], "is a class training never saw")
-        return codes.astype(np.int64)
-
-    def evidence_of(self, outputs: np.ndarray, y_fit: np.ndarray) -> Evidence:
-        return classification_evidence(outputs, y_fit)
-
-    def mixture(self, X: Any) -> ClassMixture:
-        columns = self.columns(X)
-        return mix_classification(
-            self._weights(columns), self._outputs(columns), self.mixture_temperature_
-        )
-
-    def predict_proba(self, X: Any) -> np.ndarray:
-        return self.mixture(X).proba
-
-    def predict(self, X: Any) -> np.ndarray:
-        return self.classes_[self.predict_proba(X).argmax(axis=1)]
-
-
-class IABMARegressor(RegressorMixin, _IABMABase):
-    """Input-adaptive Bayesian model averaging of regressors.
-
-    Experts fit a standardised target and have Gaussian likelihoods whose std
-    ``sigmas_[j]`` is the RMSE of their out-of-fold residuals. Parameters as for
-    :class:`IABMAClassifier`.
-    """
-
-    _task = "regression"
-
-    def _fit_target(self, y: pd.Series) -> np.ndarray:
-        try:
-            values = pd.to_numeric(y).to_numpy(dtype=np.float64)
-        except (TypeError, ValueError):
-            raise ParameterError(
-                "y", str(y.dtype), "is not numeric; a regression target must be"
-            ) from None
-        if not np.all(np.isfinite(values)):
-            raise ParameterError("y", "infinite values", "must be finite")
-        std = float(values.std())
-        if std <= 1e-12 * max(1.0, abs(float(values.mean()))):
-            raise ParameterError("y", float(values[0]), "is constant; there is nothing to predict")
-        self.y_mean_, self.y_scale_ = float(values.mean()), std
-        y_std = (values - self.y_mean_) / self.y_scale_
-        self.y_low_, self.y_high_ = float(y_std.min()), float(y_std.max())
-        return y_std
-
-    def encode_target(self, y: Any) -> np.ndarray:
-        values = pd.to_numeric(pd.Series(np.asarray(y).ravel())).to_numpy(dtype=np.float64)
-        return (values - self.y_mean_) / self.y_scale_
-
-    def _standardise(self, outputs: np.ndarray) -> np.ndarray:
-        out = np.array(outputs, dtype=np.float64)
-        for j, e in enumerate(self.experts):
-            if e.kind == "onnx" and e.output_units == "original":
-                out[:, j] = (out[:, j] - self.y_mean_) / self.y_scale_
-        return out
-
-    def evidence_of(self, outputs: np.ndarray, y_fit: np.ndarray) -> Evidence:
-        """Gaussian likelihoods whose std per expert is the RMSE of its residuals here."""
-        sigmas = np.maximum(np.sqrt(np.mean((outputs - y_fit[:, None]) ** 2, axis=0)), 1e-6)
-        return regression_evidence(outputs, y_fit, sigmas, y_low=self.y_low_, y_high=self.y_high_)
-
-    def fit_experts(
-        self, data: FeatureData, y_fit: np.ndarray, *, to_onnx: bool = True
-    ) -> IABMARegressor:
-        super().fit_experts(data, y_fit, to_onnx=to_onnx)
-        sigmas = self.evidence_.sigmas
-        assert sigmas is not None  # regression evidence always has them
-        self.sigmas_: np.ndarray = sigmas
-        return self
-
-    def distribution(self, X: Any) -> RegressionSummary:
-        """Mean, std, 90% interval and the variance split, in the target's units."""
-        columns = self.columns(X)
-        reg = mix_regression(
-            self._weights(columns), self._outputs(columns), self.sigmas_, self.mixture_temperature_
-        )
-        return summarise_regression(reg, self.y_mean_, self.y_scale_)
-
-    def predict(self, X: Any) -> np.ndarray:
-        columns = self.columns(X)
-        reg = mix_regression(self._weights(columns), self._outputs(columns), self.sigmas_, 1.0)
-        return reg.mean * self.y_scale_ + self.y_mean_
