@@ -88,7 +88,7 @@ class IABMAClassifier(ClassifierMixin, _IABMABase):
         codes = np.minimum(np.searchsorted(self.classes_, labels), len(self.classes_) - 1)
         unseen = self.classes_[codes] != labels
         if unseen.any():
-            raise ParameterError("y", labels[unseen][0], "is a class training never saw")
+            raise ParameterError("y", labels[unseen].tolist()[0], "is a class training never saw")
         return codes.astype(np.int64)
 
     def evidence_of(self, outputs: np.ndarray, y_fit: np.ndarray) -> Evidence:
