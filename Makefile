@@ -1,6 +1,6 @@
 # Two commands on a fresh machine:
 #   make serve   set up .venv, train the demo bundle if none exists, serve it on 127.0.0.1:8000
-#   make test    set up .venv with the dev tools and system packages, run lint and every test
+#   make test    set up .venv with the dev tools and system packages, run lint, mypy and every test
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
@@ -10,7 +10,7 @@ HOST   ?= 127.0.0.1
 PORT   ?= 8000
 SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: serve test demo lint bench sysdeps clean
+.PHONY: serve test demo lint typecheck bench sysdeps clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -51,7 +51,11 @@ lint: $(VENV)/.dev
 	$(BIN)/ruff format --check app training tests bench
 	$(BIN)/lint-imports
 
-test: $(VENV)/.dev sysdeps lint
+# mypy over app/ and training/ (the files and settings are in pyproject.toml).
+typecheck: $(VENV)/.dev
+	$(BIN)/mypy
+
+test: $(VENV)/.dev sysdeps lint typecheck
 	$(BIN)/python -m pytest
 
 bench: $(VENV)/.dev

@@ -47,7 +47,7 @@ from app.tracing import Tracing
 log = logging.getLogger("iabma.service")
 Encoded = TypeVar("Encoded")  # a codec's answer: bytes for REST, a message for gRPC
 # Up to this many rows onnxruntime and the mixture take well under a millisecond, which is
-# cheaper inline on the event loop than a hop to a worker thread (TOOLCHAIN.md).
+# cheaper inline on the event loop than a hop to a worker thread (measured).
 INLINE_ROWS = 64
 
 

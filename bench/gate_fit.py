@@ -25,10 +25,10 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
+from training.combiners.iabma_gate import IABMAGate
 from training.datasets import load_shared, simulate
 from training.estimator import IABMAClassifier, IABMARegressor
 from training.experts.defaults import default_experts, simulation_experts
-from training.gate.iabma_gate import IABMAGate
 from training.splits import holdout_split
 
 #: The paper's IA-BMA runtimes in seconds (appendix, "Runtimes", mean of 10 repetitions).

@@ -20,10 +20,10 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from app.bundle.mixture import mix_classification, mix_regression
-from training.bench.config import DATASETS, load_config, method_params
-from training.bench.protocol import RepData, prepare_rep
+from training.combiners.iabma_gate import IABMAGate
 from training.combiners.registry import make_combiner
-from training.gate.iabma_gate import IABMAGate
+from training.experiments.config import DATASETS, load_config, method_params
+from training.experiments.protocol import RepData, prepare_rep
 from training.metrics import classification_scores, regression_scores
 
 # name -> (evidence: "oof" | "in_sample", IABMAGate params, or a baseline's name)

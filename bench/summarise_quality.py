@@ -7,7 +7,7 @@ IA-BMA against each fair rival (``moe_tuned``, ``stacking``, ``ensemble_selectio
 against its own ablations: mean, sd and the repetitions IA-BMA wins (lower NLL).
 
 Each argument is a directory of ``<dataset>/results.json``. The paper's numbers are its
-appendix table "UCI benchmarks: mean (sd) across runs" (``../shared/paper/ia-bma.tex``),
+appendix table "UCI benchmarks: mean (sd) across runs" (see the citation in the README),
 copied here for the side-by-side rows; the paper reports no NLL and no simulation table.
 """
 

@@ -15,16 +15,6 @@ from training.estimator import IABMAClassifier, IABMARegressor
 from training.metrics import classification_scores, regression_scores
 
 
-def encode_y(est: IABMAClassifier | IABMARegressor, y: Any) -> np.ndarray:
-    """Class codes, or the standardised target, in the estimator's own encoding."""
-    y = np.asarray(y).ravel()
-    if isinstance(est, IABMAClassifier):
-        lookup = {c: i for i, c in enumerate(est.classes_.tolist())}
-        labels = y.astype(est.classes_.dtype) if est.classes_.dtype.kind in "iub" else y.astype(str)
-        return np.array([lookup[v] for v in labels.tolist()], dtype=np.int64)
-    return (y.astype(np.float64) - est.y_mean_) / est.y_scale_
-
-
 def score(
     est: IABMAClassifier | IABMARegressor,
     outputs: np.ndarray,
@@ -40,7 +30,7 @@ def score(
 
 def evaluate(est: IABMAClassifier | IABMARegressor, X: Any, y: Any) -> dict[str, Any]:
     """``{"iabma": scores, "uniform": scores, "experts": {name: scores}}`` on ``(X, y)``."""
-    y_enc = encode_y(est, y)
+    y_enc = est.encode_target(y)
     outputs = est.expert_outputs(X)
     n, m = outputs.shape[:2]
     result: dict[str, Any] = {
@@ -87,7 +77,7 @@ def plain_comparison(est: IABMAClassifier | IABMARegressor, X: Any, y: Any) -> d
     ``se_difference`` is the standard error of the paired per-row difference, the one the
     comparison needs; ``se_nll`` that of the shipped mixture's own NLL.
     """
-    y_enc = encode_y(est, y)
+    y_enc = est.encode_target(y)
     outputs = est.expert_outputs(X)
     n, m = outputs.shape[:2]
     ours = row_nll(est, outputs, est.weights(X), y_enc, est.mixture_temperature_)

@@ -8,7 +8,7 @@ from typing import Literal
 import numpy as np
 
 from app.bundle.mixture import clip_proba, gaussian_logpdf
-from training.prior import classification_energy, regression_energy, regression_energy_mc
+from app.bundle.prior import EnergyScale, expert_energy, regression_energy_mc
 
 Task = Literal["classification", "regression"]
 
@@ -91,16 +91,19 @@ def regression_evidence(
 def prior_energy(
     evidence: Evidence,
     *,
-    energy_scale: Literal["unit", "sigma"] = "unit",
+    energy_scale: EnergyScale = "unit",
     mc_samples: int | None = None,
     random_state: int = 0,
 ) -> np.ndarray:
-    """``e_j(x_i)`` for every row: exact for classes, closed form or MC for regression."""
-    if evidence.proba is not None:
-        return classification_energy(evidence.proba)
-    assert evidence.means is not None and evidence.sigmas is not None
-    scale: np.ndarray | float = evidence.sigmas if energy_scale == "sigma" else 1.0
+    """``e_j(x_i)`` for every row: exact for classes, closed form or MC for regression.
+
+    The maths is :mod:`app.bundle.prior`'s, which serving uses for new inputs.
+    """
     lo, hi = evidence.y_low, evidence.y_high
+    if evidence.proba is not None:
+        return expert_energy(evidence.proba, None, energy_scale, lo, hi)
+    assert evidence.means is not None and evidence.sigmas is not None
     if mc_samples:
+        scale: np.ndarray | float = evidence.sigmas if energy_scale == "sigma" else 1.0
         return regression_energy_mc(evidence.means, scale, lo, hi, mc_samples, random_state)
-    return regression_energy(evidence.means, scale, lo, hi)
+    return expert_energy(evidence.means, evidence.sigmas, energy_scale, lo, hi)

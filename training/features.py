@@ -20,6 +20,7 @@ import warnings
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import TypeGuard
 
 import numpy as np
 import pandas as pd
@@ -49,7 +50,7 @@ def graph_input_names(names: Sequence[str]) -> list[str]:
     return out
 
 
-def _is_number(v: object) -> bool:
+def _is_number(v: object) -> TypeGuard[int | float | np.integer | np.floating]:
     return isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(
         v, (bool, np.bool_)
     )
@@ -74,7 +75,7 @@ def _numeric_spec(name: str, graph: str, values: Sequence[object], rule: Normali
     numbers = []
     for v in values:
         if _is_number(v):
-            numbers.append(float(v))  # type: ignore[arg-type]
+            numbers.append(float(v))
         elif (
             isinstance(v, str)
             and (text := rule.text(v)) is not None
@@ -215,7 +216,7 @@ class FeatureSchema:
     def _numbers(self, name: str, col: pd.Series) -> np.ndarray:
         if pd.api.types.is_numeric_dtype(col) and not pd.api.types.is_bool_dtype(col):
             return numeric_column(col.to_numpy(dtype=np.float64, na_value=np.nan).tolist())
-        values = []
+        values: list[float | None] = []
         for v in col.astype(object).tolist():
             if v is pd.NA or (_is_number(v) and math.isnan(float(v))):
                 values.append(None)

@@ -1,4 +1,4 @@
-"""Scores for mixtures and single experts (METHOD.md §6). Every benchmark uses these.
+"""Scores for mixtures and single experts (docs/method.md, "Metrics"). Every benchmark uses these.
 
 Classification takes the full ``(n, C)`` probability matrix; binary output is two columns
 ``[1 - p, p]``, never the positive-class column alone.

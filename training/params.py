@@ -6,12 +6,14 @@ rules serves every estimator here.
 
 from __future__ import annotations
 
+from typing import TypeGuard
+
 import numpy as np
 
 from training.errors import ParameterError
 
 
-def is_real(v: object) -> bool:
+def is_real(v: object) -> TypeGuard[int | float | np.integer | np.floating]:
     """A finite int or float; bools are not numbers here."""
     return (
         isinstance(v, (int, float, np.integer, np.floating))
@@ -36,18 +38,18 @@ def check_real(
     open_high: bool = False,
 ) -> float:
     """A finite number within ``[low, high]`` (``(low`` / ``high)`` when open)."""
-    ok = is_real(v)
-    if ok and low is not None:
-        ok = v > low if open_low else v >= low  # type: ignore[operator]
-    if ok and high is not None:
-        ok = v < high if open_high else v <= high  # type: ignore[operator]
+    ok = is_real(v) and bool(
+        (low is None or (v > low if open_low else v >= low))
+        and (high is None or (v < high if open_high else v <= high))
+    )
     if not ok:
         left = "(" if open_low else "["
         right = ")" if open_high else "]"
         lo = "-inf" if low is None else f"{low:g}"
         hi = "inf" if high is None else f"{high:g}"
         raise ParameterError(name, v, f"must be a finite number in {left}{lo}, {hi}{right}")
-    return float(v)  # type: ignore[arg-type]
+    assert is_real(v)  # the range check above raised otherwise
+    return float(v)
 
 
 def check_positive(name: str, v: object) -> float:

@@ -139,7 +139,8 @@ class ExpertEntry(_Strict):
 
 
 class PriorSpec(_Strict):
-    """What serving needs to report the adaptive prior at a new input (METHOD.md §1)."""
+    """What serving needs to report the adaptive prior at a new input (docs/method.md, "The
+    adaptive prior")."""
 
     baseline: list[float]
     temperature: Annotated[float, Field(gt=0)]

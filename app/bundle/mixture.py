@@ -23,7 +23,7 @@ def clip_proba(proba: np.ndarray, eps: float = PROBA_EPS) -> np.ndarray:
     """Clip probabilities to ``[eps, 1 - eps]`` and renormalise the last axis.
 
     kNN, forests and naive Bayes emit exact 0 and 1, and ``log 0`` would poison every
-    likelihood downstream (METHOD.md §1).
+    likelihood downstream (docs/method.md, "Where the likelihoods come from").
     """
     p = np.clip(np.asarray(proba, dtype=np.float64), eps, 1.0 - eps)
     return p / p.sum(axis=-1, keepdims=True)

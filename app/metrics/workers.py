@@ -26,6 +26,8 @@ class WorkerProcessCollector:
 
         merged: dict[str, Metric] = {}
         for pid in sorted(p for p in pids_in(self.directory) if alive(p)):
+            # prometheus_client types pid as a zero-argument callable; the default binds
+            # this iteration's pid.
             one = ProcessCollector(pid=lambda pid=pid: pid, registry=None)  # type: ignore[misc]
             for family in one.collect():
                 out = merged.get(family.name)

@@ -1,6 +1,6 @@
 """Run wrk with ``rotate.lua`` against one URL and parse the JSON line its ``done()`` prints.
 
-A Python client cannot load these servers (httpx tops out near 250 req/s, TOOLCHAIN.md), so
+A Python client cannot load these servers (httpx tops out near 250 req/s here), so
 the load comes from wrk. It shares the machine's two cores with the server under test; the
 figures are therefore "server + load generator on one box", the same for every peer.
 """

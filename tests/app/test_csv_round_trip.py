@@ -23,12 +23,12 @@ from hypothesis import strategies as st
 from sklearn.ensemble import RandomForestClassifier, RandomForestRegressor
 from sklearn.linear_model import LogisticRegression, Ridge
 
+from training.combiners.iabma_gate import IABMAGate
 from training.csvfile import json_rows, read_text_frame
 from training.datasets import SHARED, load_csv
 from training.estimator import IABMAClassifier, IABMARegressor
 from training.experts.spec import Expert
 from training.export.bundle import export_bundle
-from training.gate.iabma_gate import IABMAGate
 
 BATCH = 1000
 TOL = 1e-5

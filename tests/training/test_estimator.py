@@ -11,7 +11,6 @@ from sklearn.tree import DecisionTreeClassifier
 from app.bundle.mixture import mix_classification
 from training.errors import NotFittedError, ParameterError
 from training.estimator import IABMAClassifier, IABMARegressor
-from training.evaluate import encode_y
 from training.experts.spec import Expert, ExpertRegistry
 from training.metrics import accuracy, expected_calibration_error
 
@@ -25,7 +24,7 @@ def two_experts() -> list[Expert]:
 
 def test_iabma_beats_the_uniform_average_on_accuracy_and_ece(simulation_fit) -> None:
     est, test = simulation_fit.est, simulation_fit.test
-    y = encode_y(est, test.y)
+    y = est.encode_target(test.y)
     outputs = est.expert_outputs(test.X)
     uniform = mix_classification(np.full(outputs.shape[:2], 1 / outputs.shape[1]), outputs).proba
     ours = est.predict_proba(test.X)
@@ -36,7 +35,7 @@ def test_iabma_beats_the_uniform_average_on_accuracy_and_ece(simulation_fit) -> 
 def test_the_weights_adapt_to_the_region(simulation_fit) -> None:
     """The gate never sees the region; its weights must still follow it."""
     est, test = simulation_fit.est, simulation_fit.test
-    y = encode_y(est, test.y)
+    y = est.encode_target(test.y)
     out = est.expert_outputs(test.X)
     local_ll = np.log(np.take_along_axis(out, y[:, None, None], axis=2)[:, :, 0])
     w = est.weights(test.X)
@@ -142,3 +141,26 @@ def test_every_likelihood_source_fits(source: str) -> None:
     if source == "in_sample":
         oof = IABMAClassifier(two_experts(), random_state=0).fit(X, y)
         assert tree_ll > oof.evidence_.log_lik[:, 1].mean()
+
+
+def test_fit_is_its_four_stages_in_order(credit_fit) -> None:
+    train, test = credit_fit.train, credit_fit.test
+    experts = [
+        Expert("linear", LogisticRegression(max_iter=2000)),
+        Expert("tree", DecisionTreeClassifier(max_depth=4, random_state=0)),
+    ]
+    whole = IABMAClassifier(experts, combiner="bma").fit(train.X, train.y)
+    staged = IABMAClassifier(experts, combiner="bma")
+    data, y = staged.prepare(train.X, train.y)
+    staged.fit_experts(data, y).fit_gate_encoder(data)
+    staged.fit_gate(staged.gate_inputs(data)[staged.experts_.evidence_rows_], staged.evidence_)
+    assert np.array_equal(staged.predict_proba(test.X), whole.predict_proba(test.X))
+    assert staged.data_fingerprint_ == whole.data_fingerprint_
+
+
+def test_targets_are_encoded_as_in_training(credit_fit) -> None:
+    est, test = credit_fit.est, credit_fit.test
+    codes = est.encode_target(test.y)
+    assert np.array_equal(est.classes_[codes], test.y.astype(str).to_numpy())
+    with pytest.raises(ParameterError, match="'fair' is a class training never saw"):
+        est.encode_target(["good", "fair"])

@@ -1,4 +1,4 @@
-"""Expected calibration error on small cases worked out by hand (METHOD.md §6)."""
+"""Expected calibration error on small cases worked out by hand (docs/method.md, "Metrics")."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from training.metrics import expected_calibration_error
 
 
 def two_columns(p: list[float]) -> np.ndarray:
-    """Binary output as METHOD.md wants it: ``[1 - p, p]`` with p = P(class 1)."""
+    """Binary output as docs/method.md scores it: ``[1 - p, p]`` with p = P(class 1)."""
     p_arr = np.asarray(p)
     return np.column_stack([1 - p_arr, p_arr])
 

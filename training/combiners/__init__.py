@@ -1,1 +1,2 @@
-"""Ways to weight the experts: IA-BMA's eight baselines (METHOD.md §5) and their registry."""
+"""Ways to weight the experts: the baselines (docs/method.md, "Baselines"), IA-BMA's gate
+with its selection and fallback, and the registry that names them all."""

@@ -16,7 +16,7 @@ from sklearn.base import BaseEstimator
 
 from training.errors import NotFittedError, ParameterError
 from training.evidence import Evidence
-from training.export.graph import GraphBuilder
+from training.onnx_graph import GraphBuilder
 
 
 class Combiner(BaseEstimator, ABC):

@@ -16,9 +16,9 @@ from training.combiners.base import (
     check_fit_inputs,
     constant_weights_onnx,
 )
+from training.combiners.fallback import fit_or_fixed_temperature
 from training.evidence import Evidence
-from training.export.graph import GraphBuilder
-from training.gate.fallback import fit_or_fixed_temperature
+from training.onnx_graph import GraphBuilder
 from training.params import check_int, check_positive
 
 
@@ -33,7 +33,7 @@ class BHSCombiner(Combiner):
     the stacking log score plus a ``N(0, s0^2)`` prior on the slopes (divided by ``n``
     because the score is a mean); the intercepts are unpenalised. It is convex in
     ``(b, beta)`` and minimised to convergence by L-BFGS-B with its analytic gradient,
-    since a few epochs of Adam at lr 1e-3 leave the weights near uniform (METHOD.md §5).
+    since a few epochs of Adam at lr 1e-3 leave the weights near uniform.
     With no features (``d = 0``) this is global stacking: one weight vector on the simplex
     maximising the mean log score.
 

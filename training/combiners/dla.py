@@ -14,7 +14,7 @@ from scipy.special import softmax
 from training.combiners.base import Combiner, check_features, check_fit_inputs
 from training.errors import ParameterError
 from training.evidence import Evidence
-from training.export.graph import GraphBuilder
+from training.onnx_graph import GraphBuilder
 from training.params import check_int, check_positive, check_real
 
 # Rows of queries per distance block: bounds the (rows, n_train) float64 matrix in memory.

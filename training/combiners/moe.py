@@ -9,9 +9,9 @@ import numpy as np
 from training.combiners.base import Combiner, check_features, check_fit_inputs
 from training.errors import ParameterError
 from training.evidence import Evidence
-from training.export.graph import GraphBuilder, dense_layers
-from training.gate.net import HIDDEN, mlp_logits, softmax_f32
-from training.gate.trainer import Member, train_members
+from training.nn.net import HIDDEN, mlp_logits, softmax_f32
+from training.nn.trainer import Member, train_members
+from training.onnx_graph import GraphBuilder, dense_layers
 from training.params import check_int, check_positive
 
 
@@ -20,7 +20,7 @@ class MoECombiner(Combiner):
 
     The loss is ``-mean_i logsumexp_j(log g_j(x_i) + L[i, j])`` with the experts frozen.
     It is IA-BMA's ``"marginal"`` objective at ``kl_weight = 0``, so the same trainer
-    (:func:`~training.gate.trainer.train_members`) fits it and the two differ only in the
+    (:func:`~training.nn.trainer.train_members`) fits it and the two differ only in the
     prior term.
 
     Parameters
@@ -99,7 +99,9 @@ class MoECombiner(Combiner):
             epochs=int(self.epochs),
             random_state=int(self.random_state),
         )
-        self.layers_ = result.layers[0]
+        layers = result.layers[0]
+        assert layers is not None  # only members pruned by a search have none
+        self.layers_ = layers
         self.n_features_in_ = Z.shape[1]
         return self
 

@@ -7,14 +7,16 @@ from typing import Any
 from training.combiners.base import Combiner, UniformCombiner
 from training.combiners.bhs import BHSCombiner
 from training.combiners.dla import DLACombiner
+from training.combiners.iabma_gate import IABMAGate
 from training.combiners.moe import MoECombiner
+from training.combiners.moe_tuned import TunedMoEGate
 from training.combiners.names import COMBINER_NAMES
 from training.combiners.smc import SMCCombiner
 from training.combiners.stacking import EnsembleSelectionCombiner, StackingCombiner
 from training.combiners.static import AccuracyWeightedCombiner, BestSingleCombiner, BMACombiner
 from training.errors import ParameterError
 
-_BASELINES: dict[str, type[Combiner]] = {
+_COMBINERS: dict[str, type[Combiner]] = {
     cls.name: cls
     for cls in (
         BestSingleCombiner,
@@ -27,25 +29,17 @@ _BASELINES: dict[str, type[Combiner]] = {
         BHSCombiner,
         StackingCombiner,
         EnsembleSelectionCombiner,
+        IABMAGate,
+        TunedMoEGate,
     )
 }
 
 
 def combiner_class(name: str) -> type[Combiner]:
     """The class registered under ``name``."""
-    if name == "iabma":
-        # Imported on demand: the baselines then load without the gate's own dependencies,
-        # and the gate, which imports this package, cannot form an import cycle with it.
-        from training.gate.iabma_gate import IABMAGate
-
-        return IABMAGate
-    if name == "moe_tuned":
-        from training.gate.moe_tuned import TunedMoEGate
-
-        return TunedMoEGate
-    if name not in _BASELINES:
+    if name not in _COMBINERS:
         raise ParameterError("combiner", name, f"must be one of {', '.join(COMBINER_NAMES)}")
-    return _BASELINES[name]
+    return _COMBINERS[name]
 
 
 def make_combiner(name: str, **params: Any) -> Combiner:

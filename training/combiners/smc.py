@@ -3,7 +3,7 @@
 The original assumes each expert comes with (a density of) its own training inputs. Here
 all experts saw the same rows, so an expert's *domain* is where it did well out of fold,
 and a Gaussian fitted to that domain plays the density. (The paper's bibliography cites
-Rasmussen & Ghahramani 2001 for SMC; METHOD.md §5 notes the mis-citation.)
+Rasmussen & Ghahramani 2001 for SMC; the paper cites it wrongly.)
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from scipy.special import log_softmax
 from training.combiners.base import Combiner, check_features, check_fit_inputs
 from training.errors import ParameterError
 from training.evidence import Evidence
-from training.export.graph import GraphBuilder
+from training.onnx_graph import GraphBuilder
 from training.params import check_int, check_positive, check_real
 
 _LOG_2PI = float(np.log(2.0 * np.pi))

@@ -24,10 +24,10 @@ from sklearn.linear_model import Ridge
 from sklearn.model_selection import GridSearchCV, KFold
 
 from training.combiners.base import check_fit_inputs
+from training.combiners.fallback import fit_or_fixed_temperature, pooled_weights
 from training.combiners.static import _ConstantCombiner
 from training.errors import ParameterError
 from training.evidence import Evidence
-from training.gate.fallback import fit_or_fixed_temperature, pooled_weights
 from training.params import check_int
 
 PENALTY_GRID = (1e-3, 1e-2, 1e-1, 1.0, 10.0, 100.0)

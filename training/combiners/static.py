@@ -22,7 +22,7 @@ from training.combiners.base import (
 )
 from training.errors import ParameterError
 from training.evidence import Evidence
-from training.export.graph import GraphBuilder
+from training.onnx_graph import GraphBuilder
 
 
 class _ConstantCombiner(Combiner):

@@ -7,8 +7,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from training.bench.config import DATASETS
 from training.combiners.names import BENCH_METHODS
+from training.experiments.config import DATASETS
 
 METHOD_CHOICES = BENCH_METHODS
 
@@ -60,10 +60,10 @@ def add_parser(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from training.bench.config import load_config
-    from training.bench.results import format_table
-    from training.bench.runner import CsvSource, run_quality
     from training.errors import ParameterError
+    from training.experiments.config import load_config
+    from training.experiments.results import format_table
+    from training.experiments.runner import CsvSource, run_quality
 
     csv = None
     if args.csv is not None:

@@ -14,9 +14,12 @@ from __future__ import annotations
 import argparse
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from app.errors import InvalidInput
 
 
 def add_parser(sub: Any) -> None:
@@ -89,7 +92,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def replay(
-    model: Any, rows: list[dict[str, Any]], batch: int, invalid: type[Exception]
+    model: Any, rows: list[dict[str, Any]], batch: int, invalid: type[InvalidInput]
 ) -> tuple[dict[int, Any], list[Refusal]]:
     """Predictions per 0-based row index, and the refused rows with their reasons."""
     from app.codecs import native
@@ -115,7 +118,7 @@ def replay(
                 try:
                     one_batch(start + i, [row])
                 except invalid as exc:
-                    for f in exc.faults:  # type: ignore[attr-defined]
+                    for f in exc.faults:
                         field = f.field.split(".", 1)[-1] if "." in f.field else f.field
                         refused.append(Refusal(start + i + 1, field, f.code, f.message))
     return done, refused
@@ -200,7 +203,9 @@ def _served_metrics(
     rule: Normaliser = manifest.input_rule.normaliser()
     y_text = [targets[r] for r in rows]
     if manifest.task == "classification":
-        keys = {str(c): k for k, c in enumerate(manifest.target.classes or [])}
+        keys: dict[str | None, int] = {
+            str(c): k for k, c in enumerate(manifest.target.classes or [])
+        }
         pairs = [(r, keys.get(_label(v, rule))) for r, v in zip(rows, y_text, strict=True)]
         pairs = [(r, k) for r, k in pairs if k is not None]
         proba = np.stack([outcomes[r][0].proba[outcomes[r][1]] for r, _ in pairs])

@@ -6,7 +6,7 @@ import argparse
 import json
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from app.bundle.normalise import PANDAS_NA_VALUES
 
@@ -64,11 +64,11 @@ def add_parser(sub: Any) -> None:
     p.set_defaults(run=run)
 
 
-def _kl_weight(text: str) -> float | str:
+def _kl_weight(text: str) -> float | Literal["auto"]:
     from training.errors import ParameterError
 
     if text == "auto":
-        return text
+        return "auto"
     try:
         return float(text)
     except ValueError:
@@ -183,10 +183,10 @@ def describe(train: Any, test: Any, max_categories: int) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    from training.combiners.iabma_gate import IABMAGate
     from training.estimator import IABMAClassifier, IABMARegressor
     from training.evaluate import evaluate, format_table, plain_comparison
     from training.export.bundle import export_bundle
-    from training.gate.iabma_gate import IABMAGate
 
     t_load = time.perf_counter()
     train, test, experts = load_split(args)

@@ -19,9 +19,9 @@ from sklearn.preprocessing import PolynomialFeatures, StandardScaler
 from training.experts.soft_circle import SoftCircleClassifier
 from training.experts.spec import Expert
 
-# Forests are capped: fully grown ones export to 6-38 MB of ONNX (TOOLCHAIN.md).
+# Forests are capped: fully grown ones export to 6-38 MB of ONNX each.
 FOREST = {"n_estimators": 100, "max_depth": 12, "min_samples_leaf": 3, "n_jobs": 2}
-# kNN keeps uniform weights: skl2onnx converts weights="distance" wrongly (TOOLCHAIN.md).
+# kNN keeps uniform weights: skl2onnx converts weights="distance" wrongly.
 KNN_NEIGHBOURS = 15
 
 

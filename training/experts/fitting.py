@@ -104,7 +104,8 @@ class ExpertSet:
             splits = [(fit_rows, rows)]
         else:
             splits, rows = [], np.arange(n)
-        self.schemas_, self.models_ = [], []
+        self.schemas_: list[FeatureSchema] = []
+        self.models_: list[ExpertModel] = []
         # The rows each final expert's ONNX graph is checked on.
         rng = np.random.default_rng(self.random_state)
         check_rows = np.sort(rng.choice(n, size=min(n, PARITY_ROWS), replace=False))

@@ -34,13 +34,13 @@ from app.bundle.manifest import (
     TargetSpec,
     check_safe_name,
 )
+from training.combiners.iabma_gate import IABMAGate
 from training.errors import ExportError, ParameterError
 from training.estimator import IABMAClassifier, IABMARegressor, as_frame
 from training.export.ensemble import CLASSIFICATION_OUTPUTS, REGRESSION_OUTPUTS, write_ensemble
 from training.export.experts import write_expert
-from training.export.graph import GraphBuilder
 from training.export.pointer import fsync_dir, publish_latest
-from training.gate.iabma_gate import IABMAGate
+from training.onnx_graph import GraphBuilder
 
 GATE_TOL = 1e-5
 ENSEMBLE_FILE = "ensemble.onnx"
@@ -94,9 +94,10 @@ def write_gate(est: IABMAClassifier | IABMARegressor, path: Path, X_check: pd.Da
 def _target(est: IABMAClassifier | IABMARegressor, target_name: str) -> TargetSpec:
     if isinstance(est, IABMAClassifier):
         classes = est.classes_.tolist()
-        return TargetSpec(
-            name=target_name, classes=[c if isinstance(c, int) else str(c) for c in classes]
-        )
+        # Integer labels stay numbers in the manifest; any other label is text.
+        integers = all(isinstance(c, int) for c in classes)
+        labels: list[str] | list[int] = classes if integers else [str(c) for c in classes]
+        return TargetSpec(name=target_name, classes=labels)
     return TargetSpec(
         name=target_name, mean=est.y_mean_, scale=est.y_scale_, low=est.y_low_, high=est.y_high_
     )
@@ -138,7 +139,7 @@ def export_bundle(
     tmp = root / f".tmp-{version}-{os.getpid()}"
     (tmp / "experts").mkdir(parents=True)
     try:
-        experts = []
+        experts: list[ExpertEntry] = []
         for ename, spec, model in zip(
             est.expert_names_, est.experts, est.experts_.models_, strict=True
         ):

@@ -20,7 +20,7 @@ and ``probabilities`` (n, C) with ``expert_probabilities`` (n, m, C), or ``mean`
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,7 +33,7 @@ from onnx import TensorProto, compose, version_converter
 from app.bundle.manifest import FeatureSpec
 from app.bundle.mixture import PROBA_EPS, clip_proba, mix_classification, mix_regression
 from training.errors import ExportError
-from training.export.graph import FLOAT, OPSET, STRING, GraphBuilder
+from training.onnx_graph import FLOAT, OPSET, STRING, GraphBuilder
 
 DOUBLE = TensorProto.DOUBLE
 ENSEMBLE_TOL = 1e-5
@@ -58,7 +58,7 @@ class Target:
     sigmas: tuple[float, ...] = ()
 
 
-def add_expert(g: GraphBuilder, j: int, expert: ExpertGraph, features: dict[str, int]) -> str:
+def add_expert(g: GraphBuilder, j: int, expert: ExpertGraph, features: Mapping[str, int]) -> str:
     """Copy ``expert``'s graph into ``g`` and return the name of its output there."""
     model = expert.model
     default = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), OPSET)
@@ -264,10 +264,15 @@ def write_ensemble(est: Any, path: Path, X_check: Any, units: Sequence[bool]) ->
     want = estimator_outputs(est, X_check)
     # Regression is compared in standardised units (variances in squared ones).
     b = 1.0 if est._task == "classification" else float(est.y_scale_)
-    units = {"mean": b, "std": b, "expert_means": b, "uncertainty": np.array([b * b] * 3 + [1.0])}
+    scale_of = {
+        "mean": b,
+        "std": b,
+        "expert_means": b,
+        "uncertainty": np.array([b * b] * 3 + [1.0]),
+    }
     worst = 0.0
     for name, value in want.items():
-        diff = float(np.max(np.abs(np.asarray(got[name]) - value) / units.get(name, 1.0)))
+        diff = float(np.max(np.abs(np.asarray(got[name]) - value) / scale_of.get(name, 1.0)))
         worst = max(worst, diff)
         if not diff <= ENSEMBLE_TOL:
             raise ExportError(

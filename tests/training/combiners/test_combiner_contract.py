@@ -12,7 +12,7 @@ import pytest
 from training.combiners.base import Combiner
 from training.combiners.registry import COMBINER_NAMES, make_combiner
 from training.errors import NotFittedError, ParameterError
-from training.export.graph import FLOAT, GraphBuilder
+from training.onnx_graph import FLOAT, GraphBuilder
 
 if TYPE_CHECKING:
     from conftest import Case  # the fixtures' type; pytest provides the values

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-import importlib.util
-
 import pytest
 
-from training.combiners.base import Combiner, UniformCombiner
+from training.combiners.base import UniformCombiner
 from training.combiners.bhs import BHSCombiner
 from training.combiners.dla import DLACombiner
+from training.combiners.iabma_gate import IABMAGate
 from training.combiners.moe import MoECombiner
+from training.combiners.moe_tuned import TunedMoEGate
 from training.combiners.registry import COMBINER_NAMES, make_combiner
 from training.combiners.smc import SMCCombiner
 from training.combiners.stacking import EnsembleSelectionCombiner, StackingCombiner
@@ -34,8 +34,6 @@ def test_names() -> None:
 
 
 def test_practitioner_baselines_by_name() -> None:
-    from training.gate.moe_tuned import TunedMoEGate
-
     assert type(make_combiner("stacking")) is StackingCombiner
     assert type(make_combiner("ensemble_selection")) is EnsembleSelectionCombiner
     moe = make_combiner("moe_tuned")
@@ -89,12 +87,8 @@ def test_unknown_parameter() -> None:
     assert err.value.parameter == "n_neighbors"
 
 
-@pytest.mark.skipif(
-    importlib.util.find_spec("training.gate.iabma_gate") is None,
-    reason="training.gate.iabma_gate is not written yet",
-)
-def test_iabma_is_built_lazily() -> None:
+def test_iabma_by_name() -> None:
     comb = make_combiner("iabma", random_state=3)
-    assert isinstance(comb, Combiner)
+    assert type(comb) is IABMAGate
     assert comb.name == "iabma"
     assert comb.random_state == 3

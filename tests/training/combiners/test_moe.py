@@ -7,8 +7,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from training.combiners.moe import MoECombiner
-from training.gate.net import mlp_logits
-from training.gate.trainer import Member, train_members
+from training.nn.net import mlp_logits
+from training.nn.trainer import Member, train_members
 
 if TYPE_CHECKING:
     from conftest import Case  # the fixtures' type; pytest provides the values

@@ -14,7 +14,7 @@ from onnx import TensorProto
 
 from app.bundle.mixture import mix_classification
 from training.export.ensemble import Target, mixture_outputs
-from training.export.graph import GraphBuilder
+from training.onnx_graph import GraphBuilder
 
 N, M, C = 64, 3, 4
 

@@ -1,0 +1,116 @@
+"""IABMAGate's options on real evidence (the paper's simulation experts)."""
+
+from __future__ import annotations
+
+from dataclasses import FrozenInstanceError, replace
+
+import numpy as np
+import pytest
+
+from app.bundle.prior import baseline_for_new_inputs
+from training.combiners.iabma_gate import IABMAGate
+from training.combiners.selection import selection_splits
+from training.errors import NotFittedError, ParameterError
+from training.evidence import prior_energy
+
+
+@pytest.fixture(scope="module")
+def fitted_inputs(simulation_fit):
+    est, train = simulation_fit.est, simulation_fit.train
+    return est.encoder_.transform(est.columns(train.X)), est.evidence_
+
+
+def test_a_fixed_setting_trains_once_without_search(fitted_inputs) -> None:
+    Z, ev = fitted_inputs
+    gate = IABMAGate(
+        kl_weight=0.1, objective="elbo", early_stopping=False, temperature=None, epochs=3
+    ).fit(Z, ev)
+    assert gate.search_results_ == []
+    assert gate.selected_ == {
+        "objective": "elbo",
+        "kl_weight": 0.1,
+        "prior_temperature": 1.0,
+        "epochs": 3,
+        "temperature": 1.0,
+    }
+    w = gate.weights(Z[:10])
+    assert w.shape == (10, 5) and np.allclose(w.sum(axis=1), 1.0)
+
+
+def test_auto_searches_the_grid_with_halving(fitted_inputs) -> None:
+    Z, ev = fitted_inputs
+    gate = IABMAGate(epochs=8).fit(Z, ev)
+    assert len(gate.search_results_) == 12  # 2 objectives x 6 lambdas (lambda=0 shared)
+    pruned = [r for r in gate.search_results_ if "pruned_after_epoch" in r]
+    assert len(pruned) == 9 and all(r["pruned_after_epoch"] == 2 for r in pruned)
+    assert gate.n_selection_folds_ == 3  # 1000 rows: 3 folds
+    kept = min((r for r in gate.search_results_ if "epochs" in r), key=lambda r: r["val_nll"])
+    assert gate.selected_["objective"] == kept["objective"]
+    assert gate.selected_["kl_weight"] == kept["kl_weight"]
+    assert 0.25 <= gate.temperature_ <= 4.0
+
+
+def test_selection_folds_follow_the_data_size(fitted_inputs) -> None:
+    Z, ev = fitted_inputs
+    small = np.arange(400)
+    gate = IABMAGate(epochs=4, kl_weight=0.0, objective="marginal").fit(Z[small], ev.rows(small))
+    assert gate.n_selection_folds_ == 10  # below 1000 rows: 5 folds, twice
+    one = IABMAGate(
+        epochs=4, kl_weight=0.0, objective="marginal", selection_folds=1, selection_repeats=1
+    ).fit(Z, ev)
+    assert one.n_selection_folds_ == 1
+
+
+def test_the_selection_reads_a_frozen_config_not_the_gate(fitted_inputs) -> None:
+    _, ev = fitted_inputs
+    config = IABMAGate(selection_folds="auto", random_state=3).selection_config()
+    with pytest.raises(FrozenInstanceError):
+        config.epochs = 1  # type: ignore[misc]  # writing a frozen field is what fails
+    assert (config.folds, config.random_state, config.epochs) == ("auto", 3, 40)
+    assert len(selection_splits(config, ev)) == 3  # 1000 rows: 3 folds, once
+    one = selection_splits(replace(config, folds=1, validation_fraction=0.25), ev)
+    ((train, held_out),) = one
+    assert len(held_out) == 250 and len(np.intersect1d(train, held_out)) == 0
+
+
+def test_sum_reduction_baseline_is_the_total(fitted_inputs) -> None:
+    Z, ev = fitted_inputs
+    gate = IABMAGate(
+        energy_reduction="sum",
+        kl_weight=0.05,
+        objective="elbo",
+        early_stopping=False,
+        temperature=None,
+        epochs=2,
+    ).fit(Z, ev)
+    assert np.allclose(gate.prior_baseline_, baseline_for_new_inputs(prior_energy(ev), "sum"))
+    assert np.allclose(gate.prior_baseline_, prior_energy(ev).sum(axis=0))
+
+
+@pytest.mark.parametrize(
+    ("params", "message"),
+    [
+        ({"kl_weight": -1}, "kl_weight=-1"),
+        ({"kl_weight": "big"}, "kl_weight='big'"),
+        ({"objective": "mle"}, "objective='mle'"),
+        ({"energy_reduction": "max"}, "energy_reduction='max'"),
+        ({"energy_scale": "huge"}, "energy_scale='huge'"),
+        ({"stopping_rule": "late"}, "stopping_rule='late'"),
+        ({"validation_fraction": 0.9}, "validation_fraction=0.9"),
+        ({"epochs": 0}, "epochs=0"),
+        ({"batch_size": 2.5}, "batch_size=2.5"),
+        ({"learning_rate": 0}, "learning_rate=0"),
+        ({"temperature": -2}, "temperature=-2"),
+        ({"selection_folds": 0}, "selection_folds=0"),
+        ({"prior_temperature": 0}, "prior_temperature=0"),
+    ],
+)
+def test_bad_parameters_are_named(fitted_inputs, params, message) -> None:
+    Z, ev = fitted_inputs
+    with pytest.raises(ParameterError, match=message):
+        IABMAGate(**params).fit(Z, ev)
+
+
+def test_weights_before_fit() -> None:
+    with pytest.raises(NotFittedError):
+        IABMAGate().weights(np.zeros((2, 2), dtype=np.float32))

@@ -1,1 +1,0 @@
-"""The paper's experiments: protocol, the nine methods, results and plots (issue 4)."""

@@ -1,1 +1,0 @@
-"""The posterior gate: its torch module, its trainer, the estimator and the gate features."""
