@@ -65,16 +65,23 @@ def browser() -> Iterator[object]:
 
 def follow(d: object, element: object) -> None:
     """Click ``element`` and wait until the page it leads to has replaced this one (a
-    script's navigation is not awaited by the click itself)."""
-    from selenium.webdriver.common.by import By
-    from selenium.webdriver.support import expected_conditions as ec
+    script's navigation is not awaited by the click itself).
+
+    The old page is marked with a window variable that a new document does not have. While
+    the navigation is under way Chromium may answer a script with errors of any kind
+    (a stale element, a node that "does not belong to the document"); they mean "not yet".
+    """
+    from selenium.common.exceptions import WebDriverException
     from selenium.webdriver.support.ui import WebDriverWait
 
-    old = d.find_element(By.TAG_NAME, "html")  # type: ignore[attr-defined]
+    d.execute_script("window.__iabmaOldPage = true")  # type: ignore[attr-defined]
     element.click()  # type: ignore[attr-defined]
-    wait = WebDriverWait(d, 15)
-    wait.until(ec.staleness_of(old))
-    wait.until(lambda drv: drv.execute_script("return document.readyState") == "complete")
+    wait = WebDriverWait(d, 15, ignored_exceptions=(WebDriverException,))
+    wait.until(
+        lambda drv: drv.execute_script(
+            "return window.__iabmaOldPage === undefined && document.readyState === 'complete'"
+        )
+    )
 
 
 def auditor_get(server: UvicornProcess, path: str, **params: str) -> dict:
