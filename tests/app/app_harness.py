@@ -1,4 +1,4 @@
-"""Two ways to talk to a real app: httpx's ASGI transport, and uvicorn on 127.0.0.1.
+"""Two ways to talk to a real app: Starlette's TestClient, and uvicorn on 127.0.0.1.
 
 Both run the app's lifespan (bundle load, audit trail) on their own event loop thread and
 offer the same synchronous ``get``/``post``/``request`` methods, so one test body can be
@@ -19,13 +19,13 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Coroutine
-from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
 import httpx
 import uvicorn
 from fastapi import FastAPI
+from starlette.testclient import TestClient
 from support import free_port, wait_until_ok
 
 from app.main import create_app
@@ -37,63 +37,42 @@ PYTHON = sys.executable
 
 
 class AsgiHarness:
-    """The app behind ``httpx.ASGITransport``, with its lifespan running."""
+    """The app in this process through Starlette's ``TestClient``, with its lifespan running
+    (unless ``lifespan=False``) on the client's event loop thread."""
 
     kind = "asgi"
 
     def __init__(self, settings: Settings, lifespan: bool = True) -> None:
         self.app: FastAPI = create_app(settings)
         self._lifespan = lifespan
-        self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
-        self._stop = asyncio.Event()
-        self._done: Future[None] | None = None
         self.base_url = "http://testserver"
+        self.client = TestClient(self.app, base_url=self.base_url)
 
     @property
     def service(self) -> Service:
         return self.app.state.service
 
     def run(self, coro: Coroutine[Any, Any, Any], timeout: float = 60) -> Any:
-        return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout)
+        """Await ``coro`` on the app's event loop, e.g. concurrent requests through an
+        ASGI transport."""
+
+        async def bounded() -> Any:
+            return await asyncio.wait_for(coro, timeout)
+
+        return self.client.portal.call(bounded)
 
     def __enter__(self) -> AsgiHarness:
-        self._thread.start()
-        started: Future[None] = Future()
-
-        async def main() -> None:
-            self._stop = asyncio.Event()
-            try:
-                if self._lifespan:
-                    async with self.app.router.lifespan_context(self.app):
-                        started.set_result(None)
-                        await self._stop.wait()
-                else:
-                    started.set_result(None)
-                    await self._stop.wait()
-            except BaseException as exc:
-                if not started.done():
-                    started.set_exception(exc)
-                raise
-
-        self._done = asyncio.run_coroutine_threadsafe(main(), self._loop)
-        started.result(60)
-        self.client = httpx.AsyncClient(
-            transport=httpx.ASGITransport(app=self.app), base_url=self.base_url, timeout=30
-        )
+        if self._lifespan:
+            self.client.__enter__()
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.run(self.client.aclose())
-        self._loop.call_soon_threadsafe(self._stop.set)
-        assert self._done is not None
-        self._done.result(60)
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(10)
-        self._loop.close()
+    def __exit__(self, *exc: Any) -> None:
+        if self._lifespan:
+            self.client.__exit__(*exc)
+        self.client.close()
 
     def request(self, method: str, url: str, **kw: Any) -> httpx.Response:
-        return self.run(self.client.request(method, url, **kw))
+        return self.client.request(method, url, **kw)
 
     def get(self, url: str, **kw: Any) -> httpx.Response:
         return self.request("GET", url, **kw)

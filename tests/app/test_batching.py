@@ -14,7 +14,10 @@ from app.observe import new_request_id
 
 
 async def _concurrent(app: AsgiHarness, rows: list[list[dict[str, float]]]) -> list[httpx.Response]:
-    return await asyncio.gather(*[app.client.post("/predict", json={"instances": r}) for r in rows])
+    """The requests at once, on the app's own event loop."""
+    transport = httpx.ASGITransport(app=app.app)
+    async with httpx.AsyncClient(transport=transport, base_url=app.base_url) as client:
+        return await asyncio.gather(*[client.post("/predict", json={"instances": r}) for r in rows])
 
 
 def test_concurrent_requests_share_graph_runs_and_keep_their_rows(
