@@ -16,7 +16,7 @@ import numpy as np
 
 from app.bundle.loader import OpenedBundle
 from app.bundle.mixture import INTERVAL, RegressionMixture, mix_regression
-from app.bundle.prior import classification_energy, prior_from_energy, regression_energy
+from app.bundle.prior import expert_energy, prior_from_energy
 
 CHUNK_ROWS = 512
 
@@ -149,11 +149,12 @@ class BundlePredictor:
         if spec is None:
             return None
         if pred.expert_proba is not None:
-            energy = classification_energy(pred.expert_proba)
+            outputs = pred.expert_proba
         else:
             assert pred.expert_means is not None
-            means = (pred.expert_means - self._y_mean) / self._y_scale
-            scale = self._sigmas if spec.energy_scale == "sigma" else 1.0
-            t = self.manifest.target
-            energy = regression_energy(means, scale, t.low or 0.0, t.high or 0.0)
+            outputs = (pred.expert_means - self._y_mean) / self._y_scale
+        t = self.manifest.target
+        energy = expert_energy(
+            outputs, self._sigmas, spec.energy_scale, t.low or 0.0, t.high or 0.0
+        )
         return prior_from_energy(energy, np.asarray(spec.baseline), spec.temperature)
