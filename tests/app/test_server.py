@@ -131,13 +131,13 @@ def test_uvicorn_workers_on_one_sqlite_trail_stop_with_one_line(
     with UvicornProcess(env, ("--workers", "2"), cwd=tmp_path) as served:
         served.proc.wait(timeout=60)
         _out, err = served.output()
-    assert "Traceback" not in err
+    assert "Traceback" not in err, err
     refusals = [
         json.loads(line)["message"]
         for line in err.splitlines()
         if line.startswith("{") and "cannot start" in line
     ]
-    assert len(refusals) == 1
+    assert len(refusals) == 1, err
     assert refusals[0].startswith(f"cannot start: the SQLite audit trail {tmp_path}/audit.db is")
     assert "PostgreSQL" in refusals[0]
 
