@@ -74,10 +74,6 @@ class AuditWriter:
         self._queue.put((record, done))
         return done
 
-    async def write(self, record: AuditRecord) -> None:
-        """Return once ``record`` is committed; raise ``AuditUnavailable`` otherwise."""
-        await self.submit(record)
-
     async def _expire(self) -> None:
         """Fail the requests whose record has waited too long (a hung database)."""
         while True:

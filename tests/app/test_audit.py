@@ -211,7 +211,7 @@ def test_closing_the_writer_flushes_the_queue(trail: Trail) -> None:
         store.prepare()
         writer = AuditWriter(store, ServiceMetrics(), lambda: ("demo", "v1"), 4, 10.0)
         writer.start()
-        waiting = [asyncio.ensure_future(writer.write(_record(f"q-{k}"))) for k in range(25)]
+        waiting = [writer.submit(_record(f"q-{k}")) for k in range(25)]
         await asyncio.sleep(0)  # every record is queued, none committed yet
         assert 0 < writer.depth <= 25  # the writer thread may already be committing some
         await writer.close()
