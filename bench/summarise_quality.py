@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from training.combiners.names import BENCH_METHODS
+from training.combiners.names import BENCH_METHODS, NOT_COMPETING
 
 METHODS = BENCH_METHODS
 HEADERS = (
@@ -38,9 +38,18 @@ HEADERS = (
     "IA-BMA (paper setting)",
     "IA-BMA λ=0",
     "IA-BMA no T",
+    "IA-BMA prior τ searched",
+    "IA-BMA s = σ",
 )
-NOT_COMPETING = ("iabma_paper", "iabma_lambda0", "iabma_no_temp")
-RIVALS = ("moe_tuned", "stacking", "ensemble_selection", "iabma_lambda0", "iabma_no_temp")
+RIVALS = (
+    "moe_tuned",
+    "stacking",
+    "ensemble_selection",
+    "iabma_lambda0",
+    "iabma_no_temp",
+    "iabma_prior_tau",
+    "iabma_s_sigma",
+)
 METRICS = {
     "classification": ("accuracy", "ece", "nll", "brier"),
     "regression": ("r2", "rmse", "nll", "crps", "coverage90"),

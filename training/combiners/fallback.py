@@ -19,7 +19,7 @@ import numpy as np
 from scipy.optimize import minimize
 from scipy.special import logsumexp, softmax
 
-from app.bundle.mixture import mix_classification, mix_regression
+from app.bundle.mixture import clip_proba, mix_classification, mix_regression
 from training.errors import ParameterError
 from training.evidence import Evidence
 
@@ -40,8 +40,48 @@ def row_nll(weights: np.ndarray, ev: Evidence, temperature: float) -> np.ndarray
 
 def fit_temperature(weights: np.ndarray, ev: Evidence) -> float:
     """The temperature on a log grid (0.25 to 4) with the lowest held-out NLL."""
-    nlls = [float(row_nll(weights, ev, float(t)).mean()) for t in TEMPERATURE_GRID]
+    if ev.proba is not None:
+        nlls = _class_nll_per_temperature(weights, ev, TEMPERATURE_GRID)
+    else:
+        nlls = _regression_nll_per_temperature(weights, ev, TEMPERATURE_GRID)
     return float(TEMPERATURE_GRID[int(np.argmin(nlls))])
+
+
+def _regression_nll_per_temperature(
+    weights: np.ndarray, ev: Evidence, temperatures: np.ndarray
+) -> np.ndarray:
+    """Mean :func:`row_nll` at each temperature, for regression: every sigma times T, so
+    the standardised squared residuals are computed once and divided by ``T**2``."""
+    assert ev.means is not None and ev.sigmas is not None
+    sigmas = np.asarray(ev.sigmas, dtype=np.float64)
+    r2 = np.square((np.asarray(ev.y, dtype=np.float64)[:, None] - ev.means) / sigmas)
+    base = np.log(np.clip(np.asarray(weights, dtype=np.float64), 1e-300, None))
+    base = base - np.log(sigmas) - 0.5 * np.log(2.0 * np.pi)
+    out = np.empty(len(temperatures))
+    for i, t in enumerate(temperatures):
+        joint = base - (0.5 / (t * t)) * r2
+        top = joint.max(axis=1)
+        out[i] = np.log(t) - (top + np.log(np.exp(joint - top[:, None]).sum(axis=1))).mean()
+    return out
+
+
+def _class_nll_per_temperature(
+    weights: np.ndarray, ev: Evidence, temperatures: np.ndarray
+) -> np.ndarray:
+    """Mean :func:`row_nll` at each temperature, for classification, from the true class
+    alone: the tempered expert ``f~_jy = f_jy ** (1/T) / sum_c f_jc ** (1/T)`` needs no
+    mixture over every class, nor its entropies."""
+    assert ev.proba is not None
+    log_p = np.log(clip_proba(ev.proba))  # (n, m, C)
+    # f~_jy = 1 / sum_c exp((log f_jc - log f_jy) / T); the clip bounds the exponent.
+    gap = log_p - log_p[np.arange(ev.n), :, ev.y][..., None]
+    w = np.asarray(weights, dtype=np.float64)
+    w = w / w.sum(axis=1, keepdims=True)
+    out = np.empty(len(temperatures))
+    for i, t in enumerate(temperatures):
+        tempered_y = 1.0 / np.exp(gap * (1.0 / t)).sum(axis=2)
+        out[i] = -np.log(np.einsum("nm,nm->n", w, tempered_y)).mean()
+    return out
 
 
 def pooled_weights(L: np.ndarray, penalty: float) -> np.ndarray:

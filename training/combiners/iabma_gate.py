@@ -71,6 +71,10 @@ class IABMAGate(Combiner):
         the earliest epoch whose NLL is within one paired standard error of that (per-row
         differences on the same held-out rows): the minimum of a noisy curve is
         optimistic, and fewer steps are the more regularised gate.
+    n_iter_no_change : int or None, default=5
+        With early stopping, end a training pass of the search once this many epochs in
+        a row improved no candidate's held-out NLL, as scikit-learn's MLP does: those
+        epochs could not be chosen. None trains every pass for ``epochs``.
     selection_folds : int or "auto", default="auto"
         How candidates are compared: by k-fold cross-validation over the training rows, or
         on one validation split (1). ``"auto"``: 5 folds below 1000 rows, 3 up to 3000,
@@ -110,6 +114,7 @@ class IABMAGate(Combiner):
         temperature: float | Literal["auto"] | None = "auto",
         early_stopping: bool = True,
         stopping_rule: Literal["one_se", "min"] = "one_se",
+        n_iter_no_change: int | None = 5,
         selection_folds: int | Literal["auto"] = "auto",
         selection_repeats: int | Literal["auto"] = "auto",
         validation_fraction: float = 0.2,
@@ -133,6 +138,7 @@ class IABMAGate(Combiner):
         self.temperature = temperature
         self.early_stopping = early_stopping
         self.stopping_rule = stopping_rule
+        self.n_iter_no_change = n_iter_no_change
         self.selection_folds = selection_folds
         self.selection_repeats = selection_repeats
         self.validation_fraction = validation_fraction
@@ -170,6 +176,8 @@ class IABMAGate(Combiner):
         check_real("validation_fraction", self.validation_fraction, low=0.05, high=0.5)
         check_int("batch_size", self.batch_size)
         check_int("epochs", self.epochs)
+        if self.n_iter_no_change is not None:
+            check_int("n_iter_no_change", self.n_iter_no_change)
         check_positive("learning_rate", self.learning_rate)
         if self.mc_samples is not None:
             check_int("mc_samples", self.mc_samples)
@@ -271,6 +279,7 @@ class IABMAGate(Combiner):
             validation_fraction=float(self.validation_fraction),
             search_max_rows=None if self.search_max_rows is None else int(self.search_max_rows),
             random_state=int(self.random_state),
+            patience=None if self.n_iter_no_change is None else int(self.n_iter_no_change),
             progress=bool(self.verbose),
         )
 

@@ -15,11 +15,10 @@ COMBINER_NAMES: tuple[str, ...] = (
     "stacking",
     "ensemble_selection",
 )
-#: The benchmark's rows: the combiners, the paper's literal IA-BMA, and two ablations of
-#: the default IA-BMA (lambda forced to 0; no mixture temperature).
-BENCH_METHODS: tuple[str, ...] = (
-    *COMBINER_NAMES,
-    "iabma_paper",
-    "iabma_lambda0",
-    "iabma_no_temp",
-)
+#: The benchmark's rows: the combiners, the paper's literal IA-BMA, and four variants of
+#: the default IA-BMA (lambda forced to 0; no mixture temperature; the prior temperature
+#: searched too; the regression energy at s = sigma_j).
+ABLATIONS: tuple[str, ...] = ("iabma_lambda0", "iabma_no_temp", "iabma_prior_tau", "iabma_s_sigma")
+BENCH_METHODS: tuple[str, ...] = (*COMBINER_NAMES, "iabma_paper", *ABLATIONS)
+#: Rows that are variants of IA-BMA, not rivals to rank it against.
+NOT_COMPETING: tuple[str, ...] = ("iabma_paper", *ABLATIONS)

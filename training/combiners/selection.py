@@ -5,9 +5,12 @@ on held-out training rows, never on test data:
 
 - small data is compared by k-fold cross-validation (every row held out once, repeated
   on the smallest data), large data on one validation split;
-- in the first split all candidates train for a quarter of the epochs, then only the
+- in the first split all candidates train for an eighth of the epochs, then only the
   ``SURVIVORS`` best go on (successive halving): the clearly worse candidates, large
   lambda mostly, never recover, and they would cost most of the time;
+- with early stopping, a pass ends once ``patience`` epochs in a row improved no
+  candidate; each split stops on its own, and only the epochs every split reached are
+  compared;
 - with early stopping the winner's training length is chosen too (lowest NLL, or the
   earliest epoch within one paired standard error of it);
 - the mixture temperature is fitted on the winner's held-out predictions;
@@ -41,8 +44,9 @@ AUTO_FOLDS = ((999, 5), (3000, 3))
 # (rows up to, repeats): on the smallest data even 5 folds leave the choice of epochs noisy,
 # and repeating the cross-validation with other folds is cheap there.
 AUTO_REPEATS = ((999, 2),)
-# Candidates still trained after the first quarter of the epochs of the first split.
-SURVIVORS = 3
+# Candidates still trained after the first eighth of the epochs of the first split.
+SURVIVORS = 2
+HALVING_FRACTION = 8
 
 
 @dataclass(frozen=True)
@@ -67,6 +71,7 @@ class SelectionConfig:
     validation_fraction: float
     search_max_rows: int | None
     random_state: int
+    patience: int | None = None
     progress: bool = False
 
     def net_kwargs(self) -> dict[str, Any]:
@@ -161,10 +166,11 @@ def search_candidates(
     alive = list(range(len(members)))
     total = np.zeros((epochs_max, len(members)))
     count = np.zeros(len(members))
-    pruned: dict[int, float] = {}
+    pruned: dict[int, tuple[int, float]] = {}  # candidate -> (after epoch, best val NLL)
     logits: dict[int, list[np.ndarray]] = {k: [] for k in alive}
     held_out: dict[int, list[np.ndarray]] = {k: [] for k in alive}
-    steps_per_epoch = 1
+    steps_per_epoch, epochs_cap = 1, epochs_max
+    halve_at = max(1, epochs_max // HALVING_FRACTION)
     for split, (tr, va) in enumerate(splits):
         if config.search_max_rows is not None and len(tr) > config.search_max_rows:
             tr = np.sort(rng.choice(tr, size=config.search_max_rows, replace=False))
@@ -175,27 +181,40 @@ def search_candidates(
             ev.log_lik[tr],
             log_priors[:, tr],
             [members[k] for k in alive],
-            epochs=epochs_max,
+            epochs=epochs_cap,
             validation=(Z[va], ev.log_lik[va]),
             record_val_logits=record,
-            prune=(epochs_max // 4, SURVIVORS) if halve else None,
+            prune=(halve_at, SURVIVORS) if halve else None,
+            patience=config.patience if config.early_stopping else None,
             **config.net_kwargs(),
         )
         assert res.val_nll is not None
+        # Only the epochs that every split reached are compared: no later pass need
+        # run longer than the shortest so far.
+        epochs_cap = min(epochs_cap, res.epochs_run)
         survivors = []
         for i, k in enumerate(alive):
             history = res.val_nll[:, i]
-            if np.isnan(history[-1]):
-                pruned[k] = float(np.nanmin(history))
+            if res.layers[i] is None:
+                pruned[k] = (halve_at, float(np.nanmin(history)))
                 continue
             survivors.append(k)
-            total[:, k] += history * len(va)
+            total[: len(history), k] += history * len(va)
             count[k] += len(va)
             held_out[k].append(va)
             if record:
                 assert res.val_logits is not None
                 logits[k].append(res.val_logits[:, i])
+        if split == 0 and len(survivors) > SURVIVORS and len(splits) > 1:
+            # The pass stopped before the halving epoch: halve on what it saw.
+            seen = np.nanmin(total[: res.epochs_run, survivors], axis=0) / count[survivors]
+            keep = {survivors[i] for i in np.argsort(seen)[:SURVIVORS]}
+            for k in survivors:
+                if k not in keep:
+                    pruned[k] = (res.epochs_run, float(np.nanmin(total[:, k]) / count[k]))
+            survivors = [k for k in survivors if k in keep]
         alive = survivors
+    total[epochs_cap:] = np.nan
     epochs, scores = best_epochs(total[:, alive] / count[alive], config.early_stopping)
     best = int(np.argmin(scores))
     winner, epoch = alive[best], int(epochs[best])
@@ -225,6 +244,6 @@ def search_candidates(
             i = alive.index(k)
             report.append({"epochs": int(epochs[i]) + 1, "val_nll": float(scores[i])})
         else:
-            report.append({"pruned_after_epoch": epochs_max // 4, "val_nll": pruned[k]})
+            report.append({"pruned_after_epoch": pruned[k][0], "val_nll": pruned[k][1]})
     steps = (epoch + 1) * steps_per_epoch
     return SearchOutcome(winner, steps, temperature, report, len(splits), choice)

@@ -45,6 +45,10 @@ PAPER_DEFAULTS: dict[str, Any] = {
     # Ablations of the default: the adaptive prior off (lambda = 0), the temperature off.
     "iabma_lambda0": {"kl_weight": 0.0},
     "iabma_no_temp": {"temperature": None},
+    # The prior's other knobs: its temperature searched with lambda, and (regression) the
+    # energy's s at each expert's own sigma instead of 1.
+    "iabma_prior_tau": {"prior_temperature": "auto"},
+    "iabma_s_sigma": {"energy_scale": "sigma"},
     # The paper taken literally: in-sample L, "sum" energies, its lambda and optimiser, and
     # none of our additions (no selection, no early stopping, no mixture temperature).
     "iabma_paper": {

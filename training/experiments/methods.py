@@ -16,6 +16,7 @@ import numpy as np
 
 from app.bundle.mixture import mix_classification, mix_regression
 from training.combiners.base import Combiner
+from training.combiners.names import ABLATIONS
 from training.combiners.registry import make_combiner
 from training.errors import ParameterError
 from training.evidence import Evidence
@@ -63,6 +64,8 @@ TUNING: dict[str, dict[str, str]] = {
     "iabma_paper": {"search": "none: the paper's lambda, 10 epochs, in-sample likelihoods"},
     "iabma_lambda0": {"search": f"objective grid at lambda = 0; {_SELECTION}"},
     "iabma_no_temp": {"search": f"objective x lambda grid; {_SELECTION}"},
+    "iabma_prior_tau": {"search": f"objective x lambda x prior temperature grid; {_SELECTION}"},
+    "iabma_s_sigma": {"search": f"objective x lambda grid, energy at s = sigma; {_SELECTION}"},
 }
 
 
@@ -78,10 +81,6 @@ def tuning_of(combiner: Combiner, name: str) -> dict[str, str]:
     else:
         how = f"fixed at {setting}"
     return {"search": TUNING[name]["search"], "temperature": how}
-
-
-#: Bench rows that are the default IA-BMA with one setting changed (config sections).
-ABLATIONS = ("iabma_lambda0", "iabma_no_temp")
 
 
 def check_methods(methods: list[str] | tuple[str, ...]) -> list[str]:

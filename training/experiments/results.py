@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from training.combiners.names import NOT_COMPETING
 from training.experiments.schema import METHODS, METRICS, validate_results, write_schema
 
 #: "max", "min", or a target value the best method is closest to.
@@ -29,7 +30,6 @@ DIRECTION: dict[str, str | float] = {
 _ARROW = {"max": "↑", "min": "↓"}
 
 #: A reference row, not a competitor: the paper's own setting of our method.
-NOT_COMPETING = ("iabma_paper", "iabma_lambda0", "iabma_no_temp")
 
 PerRep = Mapping[str, Sequence[Mapping[str, float]]]  # method -> one score dict per rep
 

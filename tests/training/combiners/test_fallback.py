@@ -79,3 +79,22 @@ def test_no_fallback_keeps_the_network() -> None:
     Z, ev = _evidence("exchangeable")
     gate = IABMAGate(epochs=4, fallback=False, random_state=0).fit(Z, ev)
     assert "gate" not in gate.selected_ and gate.layers_ is not None
+
+
+@pytest.mark.parametrize("task", ["classification", "regression"])
+def test_the_temperature_grid_scores_what_row_nll_scores(task: str, simulation_fit) -> None:
+    """The fast per-temperature NLL (true class or squared residual alone) equals the mean
+    of :func:`row_nll`, the served mixture's NLL, at every grid temperature."""
+    from training.combiners import fallback
+
+    if task == "classification":
+        ev = simulation_fit.est.evidence_
+        scores = fallback._class_nll_per_temperature
+    else:
+        _, ev = _evidence("exchangeable", n=300)
+        scores = fallback._regression_nll_per_temperature
+    w = np.random.default_rng(1).dirichlet(np.ones(ev.m), size=ev.n)
+    got = scores(w, ev, fallback.TEMPERATURE_GRID)
+    want = [fallback.row_nll(w, ev, float(t)).mean() for t in fallback.TEMPERATURE_GRID]
+    np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-12)
+    assert fallback.fit_temperature(w, ev) == fallback.TEMPERATURE_GRID[int(np.argmin(want))]

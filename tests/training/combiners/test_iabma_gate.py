@@ -9,7 +9,7 @@ import pytest
 
 from app.bundle.prior import baseline_for_new_inputs
 from training.combiners.iabma_gate import IABMAGate
-from training.combiners.selection import selection_splits
+from training.combiners.selection import HALVING_FRACTION, SURVIVORS, selection_splits
 from training.errors import NotFittedError, ParameterError
 from training.evidence import prior_energy
 
@@ -39,10 +39,11 @@ def test_a_fixed_setting_trains_once_without_search(fitted_inputs) -> None:
 
 def test_auto_searches_the_grid_with_halving(fitted_inputs) -> None:
     Z, ev = fitted_inputs
-    gate = IABMAGate(epochs=8).fit(Z, ev)
+    gate = IABMAGate(epochs=16).fit(Z, ev)
     assert len(gate.search_results_) == 12  # 2 objectives x 6 lambdas (lambda=0 shared)
     pruned = [r for r in gate.search_results_ if "pruned_after_epoch" in r]
-    assert len(pruned) == 9 and all(r["pruned_after_epoch"] == 2 for r in pruned)
+    assert len(pruned) == 12 - SURVIVORS
+    assert all(r["pruned_after_epoch"] == 16 // HALVING_FRACTION for r in pruned)
     assert gate.n_selection_folds_ == 3  # 1000 rows: 3 folds
     kept = min((r for r in gate.search_results_ if "epochs" in r), key=lambda r: r["val_nll"])
     assert gate.selected_["objective"] == kept["objective"]
@@ -114,3 +115,42 @@ def test_bad_parameters_are_named(fitted_inputs, params, message) -> None:
 def test_weights_before_fit() -> None:
     with pytest.raises(NotFittedError):
         IABMAGate().weights(np.zeros((2, 2), dtype=np.float32))
+
+
+def test_a_pass_stops_once_no_candidate_improves(fitted_inputs) -> None:
+    """With early stopping, the search ends a pass ``n_iter_no_change`` epochs after the
+    last improvement; without it, every pass runs all its epochs."""
+    from training.combiners import selection
+    from training.nn import trainer
+
+    Z, ev = fitted_inputs
+    runs: list[tuple[int, np.ndarray]] = []
+    real = trainer.train_members
+
+    def spy(*args, **kwargs):
+        res = real(*args, **kwargs)
+        runs.append((res.epochs_run, res.val_nll))
+        return res
+
+    kw = {"kl_weight": 0.0, "objective": "marginal", "epochs": 200, "learning_rate": 1e-2}
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(selection, "train_members", spy)
+        IABMAGate(n_iter_no_change=3, **kw).fit(Z, ev)
+        stopped = list(runs)
+        runs.clear()
+        IABMAGate(early_stopping=False, n_iter_no_change=3, **kw).fit(Z, ev)
+    assert [r for r, _ in runs] == [200, 200, 200]
+    cap = 200
+    for epochs_run, nll in stopped:
+        best = int(np.argmin(nll[:epochs_run, 0]))
+        # Stopped three epochs after its best, or at the shortest earlier pass.
+        assert epochs_run - 1 - best == 3 or (epochs_run == cap and best > epochs_run - 4)
+        assert nll.shape[0] == cap and np.isnan(nll[epochs_run:]).all()
+        cap = min(cap, epochs_run)
+    assert stopped[0][0] < 200
+
+
+def test_n_iter_no_change_is_checked(fitted_inputs) -> None:
+    Z, ev = fitted_inputs
+    with pytest.raises(ParameterError, match="n_iter_no_change"):
+        IABMAGate(n_iter_no_change=0).fit(Z, ev)

@@ -36,7 +36,13 @@ def test_every_registered_combiner_is_a_benchmark_method() -> None:
 
     for name in COMBINER_NAMES:
         assert make_combiner(name).name == name
-    bench_only = {"iabma_paper", "iabma_lambda0", "iabma_no_temp"}
+    bench_only = {
+        "iabma_paper",
+        "iabma_lambda0",
+        "iabma_no_temp",
+        "iabma_prior_tau",
+        "iabma_s_sigma",
+    }
     assert set(get_args(MethodName)) == set(METHODS) == {*COMBINER_NAMES, *bench_only}
 
 

@@ -1,4 +1,5 @@
-"""The gate's trainer: its closed-form gradient and Adam against torch's own."""
+"""The gate's numpy trainer: its closed-form gradient, backward pass and Adam against
+torch's autograd and optimiser."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from training.nn.trainer import (
     _FlatAdam,
     _forward,
     _Objectives,
+    log_softmax,
     member_objective,
     train_members,
 )
@@ -45,39 +47,32 @@ def _objective_case(members: list[Member], seed: int) -> tuple[torch.Tensor, ...
 def test_objectives_gradient_equals_autograd(objective: str, kl_weight: float, seed: int) -> None:
     """``_Objectives.gradient`` itself, against autograd of ``member_objective``, per point."""
     members = [Member(objective, kl_weight, prior_index=k) for k in range(3)]  # type: ignore[arg-type]
-    logits, L, priors = _objective_case(members, seed)
-    obj = _Objectives.build(members, priors.numpy())
-    obj.log_prior = obj.log_prior.double()
-    obj.lam = obj.lam.double()
-    got = obj.gradient(torch.log_softmax(logits, -1), L, obj.log_prior)
-
-    leaf = logits.clone().requires_grad_(True)
-    lam = obj.lam[:, :, 0]
-    marginal = obj.marginal[:, :, 0]
-    # The mean over rows scales every row's gradient by 1/B; undo it to compare per row.
-    lp = obj.log_prior.transpose(0, 1)  # (K, B, m), as the trainer stores it (float32 values)
-    total = member_objective(leaf, L, lp, lam, marginal).sum() * logits.shape[1]
-    (want,) = torch.autograd.grad(total, leaf)
-    torch.testing.assert_close(got, want, atol=1e-10, rtol=1e-9)
+    _check_gradient(members, seed)
 
 
 def test_mixed_objectives_gradient_equals_autograd() -> None:
-    """Members of both objectives in one batch take the ``torch.where`` branch."""
+    """Members of both objectives in one batch take the ``np.where`` branch."""
     members = [Member("elbo", 0.1, 0), Member("marginal", 10.0, 1), Member("marginal", 0.0, 2)]
-    logits, L, priors = _objective_case(members, 5)
-    obj = _Objectives.build(members, priors.numpy())
+    obj = _check_gradient(members, 5)
     assert obj.any_marginal and not obj.all_marginal
-    lp = obj.log_prior.double()
-    got = obj.gradient(torch.log_softmax(logits, -1), L, lp)
+
+
+def _check_gradient(members: list[Member], seed: int) -> _Objectives:
+    logits, L, priors = _objective_case(members, seed)
+    obj = _Objectives.build(members, priors.numpy())
+    # In float64 throughout, so that the comparison is tight.
+    obj.log_prior = priors.numpy().transpose(1, 0, 2).copy()
+    obj.lam = obj.lam.astype(np.float64)
+    got = obj.gradient(torch.log_softmax(logits, -1).numpy(), L.numpy(), obj.log_prior)
+
     leaf = logits.clone().requires_grad_(True)
-    total = (
-        member_objective(
-            leaf, L, lp.transpose(0, 1), obj.lam[:, :, 0].double(), obj.marginal[:, :, 0]
-        ).sum()
-        * logits.shape[1]
-    )
+    lam = torch.from_numpy(obj.lam[:, :, 0])
+    marginal = torch.from_numpy(obj.marginal[:, :, 0])
+    # The mean over rows scales every row's gradient by 1/B; undo it to compare per row.
+    total = member_objective(leaf, L, priors, lam, marginal).sum() * logits.shape[1]
     (want,) = torch.autograd.grad(total, leaf)
-    torch.testing.assert_close(got, want, atol=1e-10, rtol=1e-9)
+    np.testing.assert_allclose(got, want.numpy(), atol=1e-10, rtol=1e-9)
+    return obj
 
 
 def test_closed_form_backward_equals_autograd(batch) -> None:
@@ -90,17 +85,16 @@ def test_closed_form_backward_equals_autograd(batch) -> None:
         generator=torch.Generator().manual_seed(0),
     )
     obj = _Objectives.build(members, batch["lp"].numpy()[None])
-    lam, marginal = obj.lam[:, :, 0], obj.marginal[:, :, 0]
+    lam, marginal = torch.from_numpy(obj.lam[:, :, 0]), torch.from_numpy(obj.marginal[:, :, 0])
     loss = -member_objective(net(batch["z"]), batch["L"], batch["lp"], lam, marginal).sum()
     loss.backward()
-    want = torch.cat([p.grad.reshape(-1) for p in [*net.weights, *net.biases]])
+    want = torch.cat([p.grad.reshape(-1) for p in [*net.weights, *net.biases]]).numpy()
 
     opt = _FlatAdam(net, 1e-3)
-    with torch.no_grad():
-        logits, hidden = _forward(opt, batch["z"])
-        g = obj.gradient(torch.log_softmax(logits, -1), batch["L"], obj.log_prior)
-        _backward(opt, g * (-1.0 / len(batch["L"])), hidden)
-    assert torch.allclose(opt.grad, want, atol=1e-6, rtol=1e-5)
+    logits, hidden = _forward(opt, batch["z"].numpy())
+    g = obj.gradient(log_softmax(logits), batch["L"].numpy(), obj.log_prior)
+    _backward(opt, g * (-1.0 / len(batch["L"])), hidden)
+    np.testing.assert_allclose(opt.grad, want, atol=1e-6, rtol=1e-5)
 
 
 def test_flat_adam_matches_torch_optim(batch) -> None:
@@ -114,10 +108,19 @@ def test_flat_adam_matches_torch_optim(batch) -> None:
         for p, gr in zip(ref.parameters(), grads, strict=True):
             p.grad = gr.clone()
         torch_opt.step()
-        opt.grad.copy_(torch.cat([gr.reshape(-1) for gr in grads]))
+        opt.grad[:] = torch.cat([gr.reshape(-1) for gr in grads]).numpy()
         opt.step()
-    want = torch.cat([p.detach().reshape(-1) for p in ref.parameters()])
-    assert torch.allclose(opt.theta, want, atol=1e-6)
+    want = torch.cat([p.detach().reshape(-1) for p in ref.parameters()]).numpy()
+    np.testing.assert_allclose(opt.theta, want, atol=1e-6)
+
+
+def test_the_forward_pass_is_the_torch_module(batch) -> None:
+    """The numpy forward pass computes what :class:`PosteriorNet` does, member by member."""
+    net = PosteriorNet(6, 4, members=3, generator=torch.Generator().manual_seed(2))
+    opt = _FlatAdam(net, 1e-3)
+    with torch.no_grad():
+        want = net(batch["z"]).numpy()
+    np.testing.assert_allclose(_forward(opt, batch["z"].numpy())[0], want, atol=1e-6)
 
 
 def _data(n: int = 300, d: int = 3, m: int = 3, seed: int = 0):
