@@ -90,12 +90,19 @@ def pooled_weights(L: np.ndarray, penalty: float) -> np.ndarray:
     shrunk toward the uniform average as a ridge-penalised logistic meta-model is."""
     m = L.shape[1]
 
+    # The rows' likelihoods relative to their best expert, once: each evaluation is then
+    # a product with the weights (scipy's logsumexp over every row cost most of the fit).
+    top = L.max(axis=1, keepdims=True)
+    f = np.exp(L - top)
+
     def objective(b: np.ndarray) -> tuple[float, np.ndarray]:
         log_w = b - logsumexp(b)
-        a = log_w + L
-        score = logsumexp(a, axis=1, keepdims=True)
-        grad = (np.exp(log_w) - np.exp(a - score)).mean(axis=0) + penalty * b
-        return -float(score.mean()) + 0.5 * penalty * float(b @ b), grad
+        w = np.exp(log_w)
+        mix = f @ w  # sum_j w_j f_ij / max_j f_ij, at least min_j w_j
+        score = np.log(mix).mean() + float(top.mean())
+        resp = (f * w) / mix[:, None]
+        grad = (w - resp.mean(axis=0)) + penalty * b
+        return -float(score) + 0.5 * penalty * float(b @ b), grad
 
     res = minimize(objective, np.zeros(m), jac=True, method="L-BFGS-B")
     return softmax(res.x)

@@ -71,7 +71,7 @@ class IABMAGate(Combiner):
         the earliest epoch whose NLL is within one paired standard error of that (per-row
         differences on the same held-out rows): the minimum of a noisy curve is
         optimistic, and fewer steps are the more regularised gate.
-    n_iter_no_change : int or None, default=5
+    n_iter_no_change : int or None, default=4
         With early stopping, end a training pass of the search once this many epochs in
         a row improved no candidate's held-out NLL, as scikit-learn's MLP does: those
         epochs could not be chosen. None trains every pass for ``epochs``.
@@ -114,7 +114,7 @@ class IABMAGate(Combiner):
         temperature: float | Literal["auto"] | None = "auto",
         early_stopping: bool = True,
         stopping_rule: Literal["one_se", "min"] = "one_se",
-        n_iter_no_change: int | None = 5,
+        n_iter_no_change: int | None = 4,
         selection_folds: int | Literal["auto"] = "auto",
         selection_repeats: int | Literal["auto"] = "auto",
         validation_fraction: float = 0.2,

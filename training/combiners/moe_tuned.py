@@ -27,7 +27,7 @@ class TunedMoEGate(IABMAGate):
         temperature: float | Literal["auto"] | None = "auto",
         early_stopping: bool = True,
         stopping_rule: Literal["one_se", "min"] = "one_se",
-        n_iter_no_change: int | None = 5,
+        n_iter_no_change: int | None = 4,
         selection_folds: int | Literal["auto"] = "auto",
         selection_repeats: int | Literal["auto"] = "auto",
         validation_fraction: float = 0.2,

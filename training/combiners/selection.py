@@ -5,7 +5,7 @@ on held-out training rows, never on test data:
 
 - small data is compared by k-fold cross-validation (every row held out once, repeated
   on the smallest data), large data on one validation split;
-- in the first split all candidates train for an eighth of the epochs, then only the
+- in the first split all candidates train for a twelfth of the epochs, then only the
   ``SURVIVORS`` best go on (successive halving): the clearly worse candidates, large
   lambda mostly, never recover, and they would cost most of the time;
 - with early stopping, a pass ends once ``patience`` epochs in a row improved no
@@ -44,9 +44,9 @@ AUTO_FOLDS = ((999, 5), (3000, 3))
 # (rows up to, repeats): on the smallest data even 5 folds leave the choice of epochs noisy,
 # and repeating the cross-validation with other folds is cheap there.
 AUTO_REPEATS = ((999, 2),)
-# Candidates still trained after the first eighth of the epochs of the first split.
+# Candidates still trained after the first twelfth of the epochs of the first split.
 SURVIVORS = 2
-HALVING_FRACTION = 8
+HALVING_FRACTION = 12
 
 
 @dataclass(frozen=True)
