@@ -92,7 +92,7 @@ def load_for(srv: Launched, fmt: str, rows: int) -> Callable[..., WrkResult]:
         return run_wrk
 
     def grpc_load(url: str, body: Path, connections: int, seconds: float) -> WrkResult:
-        return run_h2load(url, body, connections, seconds, lambda: grpc_calls_ok(srv.port) // rows)
+        return run_h2load(url, body, connections, seconds, lambda: grpc_calls_ok(srv) // rows)
 
     return grpc_load
 

@@ -10,7 +10,9 @@ behind them need, and ``--full`` widens it. Per bundle, the default is:
 - ours PostgreSQL trail: 1 worker and 2 workers at c32 single-row, 2 workers at c8 1000-row;
 - ours 2 workers, trail off: c32 single-row (worker scaling without the trail);
 - bare peer: single-row c1 and c32, 1000-row c1 and c8; 2 workers at c32 single-row;
-- MLServer: OIP single-row c32, 1000-row c8.
+- MLServer: OIP single-row c32, 1000-row c8;
+- the ceiling (bench/peers/ceiling.py: an empty ASGI app and a trivial gRPC handler):
+  single-row c32 on each, the most any Python server reaches here.
 
 The Open Inference Protocol's own targets run on ours 1 worker with the SQLite trail:
 gRPC single-row ``ModelInfer`` at c32 (against ``/predict`` c32) and 1000-row OIP infer with
@@ -28,7 +30,7 @@ BIG = 1000  # rows per batch request; the app's default IABMA_MAX_BATCH_ROWS
 
 @dataclass(frozen=True)
 class ServerSpec:
-    kind: str  # "ours", "bare" or "mlserver"
+    kind: str  # "ours", "bare", "mlserver" or "ceiling"
     bundle: str
     workers: int = 1
     audit: str = "-"  # ours only: "sqlite", "postgres" or "off"
@@ -90,6 +92,7 @@ def _bundle_default(b: str) -> list[Group]:
         _group(ServerSpec("bare", b), [("predict", 1, [1, 32]), ("predict", BIG, [1, 8])]),
         _group(ServerSpec("bare", b, 2), [("predict", 1, [32])]),
         _group(ServerSpec("mlserver", b), [("oip", 1, [32]), ("oip", BIG, [8])]),
+        _group(ServerSpec("ceiling", b), [("predict", 1, [32]), ("grpc", 1, [32])]),
     ]
 
 
@@ -103,6 +106,7 @@ def _bundle_full(b: str) -> list[Group]:
         bare = [("predict", 1, SWEEP), ("predict", BIG, [1, 8])]
         groups.append(_group(ServerSpec("bare", b, workers), bare))
     groups.append(_group(ServerSpec("mlserver", b), [("oip", 1, SWEEP), ("oip", BIG, [1, 8])]))
+    groups.append(_group(ServerSpec("ceiling", b), [("predict", 1, SWEEP), ("grpc", 1, [32])]))
     return groups
 
 
@@ -124,13 +128,17 @@ def _bundle_quick(b: str) -> list[Group]:
         _group(ServerSpec("ours", b, 2, "postgres"), [("predict", 1, [8])]),
         _group(ServerSpec("bare", b), [("predict", 1, [8])]),
         _group(ServerSpec("mlserver", b), [("oip", 1, [8])]),
+        _group(ServerSpec("ceiling", b), [("predict", 1, [8]), ("grpc", 1, [8])]),
     ]
 
 
 def _bundle_oip(b: str) -> list[Group]:
     """The two OIP targets, each against its baseline in the same server."""
     loads = [("predict", 1, [32]), ("grpc", 1, [32]), ("oip", BIG, [8]), ("oip_binary", BIG, [8])]
-    return [_group(ServerSpec("ours", b, 1, "sqlite"), loads)]
+    return [
+        _group(ServerSpec("ours", b, 1, "sqlite"), loads),
+        _group(ServerSpec("ceiling", b), [("predict", 1, [32]), ("grpc", 1, [32])]),
+    ]
 
 
 def build_plan(bundles: Sequence[str], mode: str) -> list[Group]:
@@ -144,7 +152,7 @@ def build_plan(bundles: Sequence[str], mode: str) -> list[Group]:
 
 
 # Rough costs for the up-front estimate, measured on this 2-core machine.
-START_S = {"ours": 4.0, "bare": 3.0, "mlserver": 12.0}
+START_S = {"ours": 4.0, "bare": 3.0, "mlserver": 12.0, "ceiling": 2.0}
 RUN_OVERHEAD_S = 1.0  # pre-flight request, wrk start-up, parsing
 FLOOR_S = {"quick": 3.0, "default": 15.0, "full": 15.0, "oip": 15.0}
 

@@ -41,6 +41,23 @@ RATIOS: dict[str, tuple[Key, Key, str]] = {
         ("mlserver", 1, "-", "oip", 1, 32),
         "req/s, single-row OIP infer c32: ours (5 experts + gate, SQLite trail) vs MLServer",
     ),
+    "ceiling_over_mlserver_c32": (
+        ("ceiling", 1, "-", "predict", 1, 32),
+        ("mlserver", 1, "-", "oip", 1, 32),
+        "req/s c32: an empty ASGI app (no work at all) vs MLServer's single-row OIP infer; "
+        "the most that ours_oip_over_mlserver_c32 could reach on this machine",
+    ),
+    "ceiling_grpc_over_predict_c32": (
+        ("ceiling", 1, "-", "grpc", 1, 32),
+        OURS_C32,
+        "req/s c32: a trivial grpc.aio ModelInfer handler vs our /predict; the most that "
+        "grpc_over_predict_c32 could reach",
+    ),
+    "grpc_over_ceiling_grpc_c32": (
+        ("ours", 1, "sqlite", "grpc", 1, 32),
+        ("ceiling", 1, "-", "grpc", 1, 32),
+        "req/s c32: our gRPC ModelInfer vs the trivial handler on the same stack",
+    ),
     "grpc_over_predict_c32": (
         ("ours", 1, "sqlite", "grpc", 1, 32),
         OURS_C32,

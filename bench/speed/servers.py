@@ -1,4 +1,4 @@
-"""Start one server of the plan (ours, the bare peer or MLServer) for one bundle."""
+"""Start one server of the plan (ours, the bare peer, MLServer or the ceiling) for one bundle."""
 
 from __future__ import annotations
 
@@ -87,6 +87,14 @@ def launch(
             health = "/healthz"
             paths, formats = {"predict": "/predict"}, {"predict": "native"}
             serves = f"expert {b.peer_expert} only (onnxruntime)"
+        elif spec.kind == "ceiling":
+            grpc_port = procs.free_port()
+            argv = [sys.executable, "-m", "bench.peers.ceiling", str(port), str(grpc_port)]
+            env = dict(os.environ)
+            health = "/healthz"  # it answers every path
+            paths = {"predict": "/", "grpc": GRPC_INFER}
+            formats = {"predict": "native", "grpc": "grpc"}
+            serves = "an empty ASGI app and a trivial gRPC handler: the stack's ceiling"
         else:
             mlserver.ensure_venv(create_mlserver_venv)
             if b.fit_X is None or b.fit_y is None:
@@ -107,7 +115,7 @@ def launch(
         own = {
             k: v for k, v in env.items() if k.startswith(("IABMA_", "BARE_", "MLSERVER_", "OMP_"))
         }
-        grpc = grpc_port if spec.kind == "ours" else None
+        grpc = grpc_port if spec.kind in ("ours", "ceiling") else None
         yield Launched(spec, port, proc.pid, cold, paths, formats, serves, argv, own, grpc)
 
 
@@ -156,14 +164,17 @@ def preflight_grpc(port: int, path: str, body: Path) -> None:
             raise PreflightError(f"{path} answered {exc.code()}: {exc.details()}") from None
 
 
-def grpc_calls_ok(port: int) -> int:
-    """Rows our server counted on its gRPC route (iabma_predicted_rows_total)."""
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+def grpc_calls_ok(srv: Launched) -> int:
+    """Rows the server counted on its gRPC route: ours in ``iabma_predicted_rows_total``,
+    the ceiling (one row a call) at ``GET /calls``."""
+    conn = http.client.HTTPConnection("127.0.0.1", srv.port, timeout=30)
     try:
-        conn.request("GET", "/metrics")
+        conn.request("GET", "/calls" if srv.spec.kind == "ceiling" else "/metrics")
         text = conn.getresponse().read().decode()
     finally:
         conn.close()
+    if srv.spec.kind == "ceiling":
+        return int(text)
     for line in text.splitlines():
         if line.startswith("iabma_predicted_rows_total{") and 'route="oip_grpc"' in line:
             return int(float(line.rsplit(" ", 1)[1]))

@@ -82,8 +82,14 @@ def test_quick_run_measures_every_path(tmp_path: Path) -> None:
         ("ours", "sqlite", "oip_binary", 1000),
         ("ours", "off", "predict", 1),
         ("bare", "-", "predict", 1),
+        ("ceiling", "-", "predict", 1),
+        ("ceiling", "-", "grpc", 1),
     ]:
         assert path in seen, path
+    # The ceiling does no work, so it serves faster than ours on each protocol.
+    rate = {(r["server"], r["audit"], r["route"], r["rows"]): r["req_per_s"] for r in runs}
+    assert rate["ceiling", "-", "predict", 1] > rate["ours", "sqlite", "predict", 1]
+    assert rate["ceiling", "-", "grpc", 1] > rate["ours", "sqlite", "grpc", 1]
 
     skipped = {s["what"]: s["reason"] for s in report["skipped"]}
     servers = {s["label"]: s for s in report["servers"]}
