@@ -307,7 +307,7 @@ def _warn_mostly_numeric(name: str, values: list[object], kinds: Counter, rule: 
 
 
 def warn_mostly_numeric(name: str, n_numbers: int, odd: Counter) -> None:
-    """A numeric column spoilt by a few placeholder strings ("?", "unknown") is common."""
+    """A numeric column spoilt by a few stand-in strings ("?", "unknown") is common."""
     n_odd = sum(odd.values())
     if len(odd) > 3 or n_numbers < 0.9 * (n_numbers + n_odd):
         return

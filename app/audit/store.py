@@ -89,9 +89,9 @@ class BulkInsert:
     switch interval. One statement per group releases the GIL once.
     """
 
-    def __init__(self, table: str, columns: Sequence[str], placeholder: str) -> None:
+    def __init__(self, table: str, columns: Sequence[str], param_marker: str) -> None:
         self.head = f"INSERT INTO {table} ({', '.join(columns)}) VALUES "
-        self.row = "(" + ", ".join([placeholder] * len(columns)) + ")"
+        self.row = "(" + ", ".join([param_marker] * len(columns)) + ")"
         self._sql: dict[int, str] = {}
 
     def statements(self, rows: Sequence[tuple[Any, ...]]) -> list[tuple[str, list[Any]]]:
@@ -112,8 +112,8 @@ class AuditStore:
         self.timeout_seconds = timeout_seconds
         self._lock: IO[str] | None = None
         self._writer: Any = None  # the writer thread's own DBAPI connection
-        placeholder = "?" if self.engine.dialect.paramstyle == "qmark" else "%s"
-        self._log = BulkInsert(records.name, LOG_COLUMNS, placeholder)
+        marker = "?" if self.engine.dialect.paramstyle == "qmark" else "%s"
+        self._log = BulkInsert(records.name, LOG_COLUMNS, marker)
         # PostgreSQL takes a group through COPY: a third of the client CPU of an INSERT.
         self._copy = (
             f"COPY {records.name} ({', '.join(LOG_COLUMNS)}) FROM STDIN"
