@@ -196,7 +196,8 @@ def search_candidates(
         for i, k in enumerate(alive):
             history = res.val_nll[:, i]
             if res.layers[i] is None:
-                pruned[k] = (halve_at, float(np.nanmin(history)))
+                assert res.pruned_after is not None
+                pruned[k] = (res.pruned_after, float(np.nanmin(history)))
                 continue
             survivors.append(k)
             total[: len(history), k] += history * len(va)
@@ -205,14 +206,6 @@ def search_candidates(
             if record:
                 assert res.val_logits is not None
                 logits[k].append(res.val_logits[:, i])
-        if split == 0 and len(survivors) > SURVIVORS and len(splits) > 1:
-            # The pass stopped before the halving epoch: halve on what it saw.
-            seen = np.nanmin(total[: res.epochs_run, survivors], axis=0) / count[survivors]
-            keep = {survivors[i] for i in np.argsort(seen)[:SURVIVORS]}
-            for k in survivors:
-                if k not in keep:
-                    pruned[k] = (res.epochs_run, float(np.nanmin(total[:, k]) / count[k]))
-            survivors = [k for k in survivors if k in keep]
         alive = survivors
     total[epochs_cap:] = np.nan
     epochs, scores = best_epochs(total[:, alive] / count[alive], config.early_stopping)

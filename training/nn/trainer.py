@@ -51,6 +51,7 @@ class TrainResult:
     val_nll: np.ndarray | None  # (epochs, K) mixture NLL on the validation rows
     val_logits: np.ndarray | None  # (epochs, K, n_val, m) gate logits on them, if recorded
     epochs_run: int = 0  # fewer than asked when ``patience`` stopped the pass
+    pruned_after: int | None = None  # the epoch after which ``prune`` dropped members
 
 
 def member_objective(
@@ -269,8 +270,8 @@ def train_members(
     prune : (epoch, keep), optional
         After that many epochs keep only the ``keep`` members with the best validation
         NLL so far (successive halving): most of a grid is clearly worse early, and the
-        rest of the pass then costs a fraction. Pruned members' later entries are NaN and
-        their layers None.
+        rest of the pass then costs a fraction; a pass that stops earlier (``patience``)
+        halves when it stops. Pruned members' later entries are NaN and their layers None.
     patience : int, optional
         Stop the pass once ``patience`` epochs in a row brought no member a new lowest
         validation NLL: with early stopping the later epochs could not be chosen. Their
@@ -297,6 +298,7 @@ def train_members(
             seen = np.full((epochs, K, len(validation[0]), m), np.nan, dtype=np.float32)
     bar = _progress(epochs, progress)
     lowest, last_gain, epochs_run = np.full(K, np.inf), np.zeros(K, dtype=int), 0
+    pruned_after: int | None = None
     for epoch in range(epochs):
         # One gather per epoch; the minibatches below are then contiguous views.
         order = torch.randperm(n, generator=gen).numpy()
@@ -318,13 +320,14 @@ def train_members(
             seen[epoch, alive] = val_logits
         gained = alive[history[epoch, alive] < lowest[alive]]
         lowest[gained], last_gain[gained] = history[epoch, gained], epoch
-        if prune and epochs_run == prune[0] and len(alive) > prune[1]:
+        stopping = bool(patience) and epoch - last_gain[alive].max() >= patience
+        # Halve at the set epoch, or at the stop if that comes first.
+        if prune and len(alive) > prune[1] and (epochs_run == prune[0] or stopping):
             keep = np.sort(np.argsort(lowest[alive])[: prune[1]])
             opt.keep(keep)
             obj.keep(keep)
-            alive = alive[keep]
-        stale = epoch - last_gain[alive].max()
-        if patience and stale >= patience:
+            alive, pruned_after = alive[keep], epochs_run
+        if patience and epoch - last_gain[alive].max() >= patience:
             break
     bar.close()
     layers: list[list[tuple[np.ndarray, np.ndarray]] | None] = [None] * K
@@ -335,6 +338,7 @@ def train_members(
         val_nll=history if validation is not None else None,
         val_logits=seen,
         epochs_run=epochs_run,
+        pruned_after=pruned_after,
     )
 
 

@@ -195,3 +195,28 @@ def test_a_large_kl_weight_pulls_q_onto_the_prior(simulation_fit) -> None:
     # The same training at lambda = 0 does not land on the prior: the test can fail.
     free = train_members(Z, ev.log_lik, log_prior[None], [Member("marginal", 0.0)], **kw)
     assert np.abs(softmax_f32(mlp_logits(Z, free.layers[0])) - prior).mean() > 0.05
+
+
+def test_a_pass_that_stops_before_the_halving_epoch_halves_when_it_stops() -> None:
+    Z, L, lp = _data(400)
+    members = [Member("marginal", 0.0), Member("elbo", 0.3), Member("elbo", 3.0)]
+    res = train_members(
+        Z[:300],
+        L[:300],
+        lp[:, :300],
+        members,
+        epochs=200,
+        learning_rate=1e-2,
+        validation=(Z[300:], L[300:]),
+        prune=(150, 1),
+        patience=2,
+    )
+    assert res.epochs_run < 150 and res.pruned_after == res.epochs_run
+    kept = [i for i, layers in enumerate(res.layers) if layers is not None]
+    assert val_best(res, kept[0]) == min(val_best(res, i) for i in range(len(members)))
+    assert len(kept) == 1
+
+
+def val_best(res, i: int) -> float:
+    assert res.val_nll is not None
+    return float(np.nanmin(res.val_nll[:, i]))
