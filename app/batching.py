@@ -1,16 +1,19 @@
 """Dynamic batching: concurrent small requests share one run of the graph.
 
-A request waits for its rows' answer on a future; the first one in a batch schedules the
-batch to run after the event loop has handled everything else that is ready (or after
-``IABMA_BATCH_WAIT_MS``), so requests that arrive together are predicted together, as
-Triton's dynamic batcher and MLServer's adaptive batching do. With the default wait of 0
-no request waits for others that have not arrived yet; at one client a request pays one
-extra turn of the loop. Each request then checks, encodes and audits its own rows.
+A request waits for its rows' answer on a future. The first one in a batch schedules the
+batch to run after the event loop has handled everything else that is ready, so requests
+that arrive together are predicted together, as Triton's dynamic batcher and MLServer's
+adaptive batching do. When other requests are in flight, more are likely on their way
+(their clients send again as soon as they are answered), so the batch then waits up to
+``IABMA_BATCH_WAIT_MS`` for them, and runs at once when every request in flight has
+joined it. A lone request never waits: one client's latency is unchanged. Each request
+then checks, encodes and audits its own rows.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -25,28 +28,48 @@ class _Batch:
     model: LoadedModel
     parts: list[tuple[Columns, int, asyncio.Future[Prediction]]] = field(default_factory=list)
     rows: int = 0
+    timer: asyncio.TimerHandle | None = None
 
 
 class Batcher:
-    def __init__(self, wait_ms: float, max_rows: int) -> None:
+    """Merge concurrent requests into graph runs.
+
+    Parameters
+    ----------
+    wait_ms : the longest a batch waits for more requests while others are in flight.
+    max_rows : rows in one graph run; a request that would pass it opens the next batch.
+    in_flight : how many requests are being served now (this one included).
+    """
+
+    def __init__(
+        self, wait_ms: float, max_rows: int, in_flight: Callable[[], int] = lambda: 1
+    ) -> None:
         self.wait = wait_ms / 1000.0
         self.max_rows = max_rows
+        self.in_flight = in_flight
         self._open: _Batch | None = None
         self.batches = 0  # graph runs, for tests and metrics
         self.requests = 0
+        self.waited = 0  # batches that waited for more requests
 
     async def predict(self, model: LoadedModel, columns: Columns, n: int) -> Prediction:
         loop = asyncio.get_running_loop()
         batch = self._open
         if batch is None or batch.model is not model or batch.rows + n > self.max_rows:
             batch = self._open = _Batch(model)
-            if self.wait > 0:
-                loop.call_later(self.wait, self._run, batch)
+            if self.wait > 0 and self.in_flight() > 1:
+                batch.timer = loop.call_later(self.wait, self._run, batch)
+                self.waited += 1
             else:
                 loop.call_soon(self._run, batch)
         done: asyncio.Future[Prediction] = loop.create_future()
         batch.parts.append((columns, n, done))
         batch.rows += n
+        if batch.timer is not None and len(batch.parts) >= self.in_flight():
+            # Everyone in flight is here: nobody else can be answered and send again.
+            batch.timer.cancel()
+            batch.timer = None
+            loop.call_soon(self._run, batch)
         return await done
 
     def _run(self, batch: _Batch) -> None:

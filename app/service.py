@@ -59,8 +59,11 @@ class Service:
         self.metrics = ServiceMetrics()
         self.store: AuditStore | None = None
         self.writer: AuditWriter | None = None
+        self.in_flight = 0  # requests inside infer(), which the batcher waits for
         self.batcher = (
-            Batcher(settings.batch_wait_ms, settings.batch_max_rows) if settings.batching else None
+            Batcher(settings.batch_wait_ms, settings.batch_max_rows, lambda: self.in_flight)
+            if settings.batching
+            else None
         )
         # Large batches run the graph here, one at a time: concurrent runs would each grow
         # onnxruntime's arena (415 MB for california at 8 concurrent 1000-row requests),
@@ -167,6 +170,19 @@ class Service:
 
         Every 2xx has a durable record; a request refused before the graph ran has none.
         """
+        self.in_flight += 1
+        try:
+            return await self._infer(model, request, ctx, encode)
+        finally:
+            self.in_flight -= 1
+
+    async def _infer(
+        self,
+        model: LoadedModel,
+        request: InferenceRequest,
+        ctx: RequestContext,
+        encode: Callable[[InferenceResult], Encoded],
+    ) -> Encoded:
         with self.tracing.span("graph"):
             if request.n <= INLINE_ROWS:
                 if self.batcher is not None:

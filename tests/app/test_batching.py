@@ -10,6 +10,8 @@ import numpy as np
 from app_harness import AsgiHarness
 from app_support import Bundles, make_settings
 
+from app.batching import Batcher
+from app.codecs import native
 from app.observe import new_request_id
 
 
@@ -59,6 +61,69 @@ def test_one_client_at_a_time_runs_one_graph_per_request(bundles: Bundles, tmp_p
                 == 200
             )
         assert batcher.batches - before == 5
+
+
+WAIT_MS = 100.0  # the most IABMA_BATCH_WAIT_MS allows
+
+
+def _waiting_batcher(app: AsgiHarness, in_flight: int) -> tuple[Batcher, object]:
+    """A batcher with a long wait that believes ``in_flight`` requests are being served."""
+    model = app.service.runtime.current
+    assert model is not None
+    return Batcher(WAIT_MS, 256, lambda: in_flight), model
+
+
+def _columns(app: AsgiHarness, model: object, instances: list[dict]) -> object:
+    request, _ = native.decode({"instances": instances}, model, 1000)  # type: ignore[arg-type]
+    return request.columns
+
+
+async def _staggered(batcher: Batcher, model: object, parts: list[object], gap_s: float) -> float:
+    """Send ``parts`` one after another, ``gap_s`` apart; seconds until all are answered."""
+    loop = asyncio.get_running_loop()
+    t0 = loop.time()
+    tasks = []
+    for cols in parts:
+        tasks.append(asyncio.ensure_future(batcher.predict(model, cols, 1)))  # type: ignore[arg-type]
+        await asyncio.sleep(gap_s)
+    await asyncio.gather(*tasks)
+    return loop.time() - t0
+
+
+def test_a_busy_batch_waits_for_the_requests_in_flight_and_runs_when_all_joined(
+    bundles: Bundles, tmp_path: Path
+) -> None:
+    with AsgiHarness(make_settings(bundles.store, tmp_path, "demo")) as app:
+        batcher, model = _waiting_batcher(app, in_flight=3)
+        parts = [_columns(app, model, bundles.demo.instances([k])) for k in range(3)]
+        # 10 ms apart: without the wait these would be three graph runs.
+        elapsed = app.run(_staggered(batcher, model, parts, 0.01))
+    assert batcher.batches == 1 and batcher.requests == 3 and batcher.waited == 1
+    # It ran when the third joined (about 20 ms in), not at the end of the wait.
+    assert elapsed < WAIT_MS / 1000 * 0.9
+
+
+def test_a_busy_batch_runs_after_the_wait_when_the_others_do_not_come(
+    bundles: Bundles, tmp_path: Path
+) -> None:
+    with AsgiHarness(make_settings(bundles.store, tmp_path, "demo")) as app:
+        batcher, model = _waiting_batcher(app, in_flight=5)
+        parts = [_columns(app, model, bundles.demo.instances([k])) for k in range(2)]
+        elapsed = app.run(_staggered(batcher, model, parts, 0.0))
+    assert batcher.batches == 1 and batcher.requests == 2
+    assert elapsed >= WAIT_MS / 1000 * 0.9
+
+
+def test_a_lone_request_never_waits(bundles: Bundles, tmp_path: Path) -> None:
+    settings = make_settings(bundles.store, tmp_path, "demo", batch_wait_ms=WAIT_MS)
+    with AsgiHarness(settings) as app:
+        batcher = app.service.batcher
+        assert batcher is not None
+        for k in range(3):
+            r = app.post("/predict", json={"instances": bundles.demo.instances([k])})
+            assert r.status_code == 200
+        assert batcher.waited == 0
+        assert app.service.in_flight == 0
 
 
 def test_batching_can_be_turned_off(bundles: Bundles, tmp_path: Path) -> None:
