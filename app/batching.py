@@ -29,6 +29,7 @@ class _Batch:
     parts: list[tuple[Columns, int, asyncio.Future[Prediction]]] = field(default_factory=list)
     rows: int = 0
     timer: asyncio.TimerHandle | None = None
+    waited: bool = False
 
 
 class Batcher:
@@ -39,14 +40,20 @@ class Batcher:
     wait_ms : the longest a batch waits for more requests while others are in flight.
     max_rows : rows in one graph run; a request that would pass it opens the next batch.
     in_flight : how many requests are being served now (this one included).
+    on_run : told each graph run's model, number of requests and whether it waited.
     """
 
     def __init__(
-        self, wait_ms: float, max_rows: int, in_flight: Callable[[], int] = lambda: 1
+        self,
+        wait_ms: float,
+        max_rows: int,
+        in_flight: Callable[[], int] = lambda: 1,
+        on_run: Callable[[LoadedModel, int, bool], None] | None = None,
     ) -> None:
         self.wait = wait_ms / 1000.0
         self.max_rows = max_rows
         self.in_flight = in_flight
+        self.on_run = on_run
         self._open: _Batch | None = None
         self.batches = 0  # graph runs, for tests and metrics
         self.requests = 0
@@ -59,6 +66,7 @@ class Batcher:
             batch = self._open = _Batch(model)
             if self.wait > 0 and self.in_flight() > 1:
                 batch.timer = loop.call_later(self.wait, self._run, batch)
+                batch.waited = True
                 self.waited += 1
             else:
                 loop.call_soon(self._run, batch)
@@ -77,6 +85,8 @@ class Batcher:
             self._open = None
         self.batches += 1
         self.requests += len(batch.parts)
+        if self.on_run is not None:
+            self.on_run(batch.model, len(batch.parts), batch.waited)
         try:
             if len(batch.parts) == 1:
                 columns, _, done = batch.parts[0]

@@ -61,7 +61,14 @@ class Service:
         self.writer: AuditWriter | None = None
         self.in_flight = 0  # requests inside infer(), which the batcher waits for
         self.batcher = (
-            Batcher(settings.batch_wait_ms, settings.batch_max_rows, lambda: self.in_flight)
+            Batcher(
+                settings.batch_wait_ms,
+                settings.batch_max_rows,
+                lambda: self.in_flight,
+                lambda model, requests, waited: self.metrics.observe_batch(
+                    (model.name, model.version), requests, waited
+                ),
+            )
             if settings.batching
             else None
         )

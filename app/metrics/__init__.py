@@ -18,7 +18,13 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from app.metrics.buffer import CounterBuffer, GaugeBuffer, HistogramBuffer, Labels
-from app.metrics.families import GRAPH_BUCKETS, LATENCY_BUCKETS, WEIGHT_BUCKETS, families
+from app.metrics.families import (
+    BATCH_BUCKETS,
+    GRAPH_BUCKETS,
+    LATENCY_BUCKETS,
+    WEIGHT_BUCKETS,
+    families,
+)
 from app.metrics.store import multiprocess_dir
 from app.metrics.workers import WorkerProcessCollector
 
@@ -42,6 +48,8 @@ class ServiceMetrics:
         self.request_seconds = HistogramBuffer(f.request_seconds, LATENCY_BUCKETS)
         self.rows = CounterBuffer(f.rows)
         self.graph_seconds = HistogramBuffer(f.graph_seconds, GRAPH_BUCKETS)
+        self.batch_requests = HistogramBuffer(f.batch_requests, BATCH_BUCKETS)
+        self.batch_waits = CounterBuffer(f.batch_waits)
         self.gate_weight = HistogramBuffer(f.gate_weight, WEIGHT_BUCKETS)
         self.audit_depth = GaugeBuffer(f.audit_depth)
         self.audit_commit_seconds = HistogramBuffer(f.audit_commit_seconds, LATENCY_BUCKETS)
@@ -52,8 +60,9 @@ class ServiceMetrics:
         self.refused = GaugeBuffer(f.refused)
         self._buffers = (
             self.requests, self.request_seconds, self.rows, self.graph_seconds,
-            self.gate_weight, self.audit_depth, self.audit_commit_seconds, self.audit_records,
-            self.audit_failures, self.reloads, self.served, self.refused,
+            self.batch_requests, self.batch_waits, self.gate_weight, self.audit_depth,
+            self.audit_commit_seconds, self.audit_records, self.audit_failures, self.reloads,
+            self.served, self.refused,
         )  # fmt: skip
         self._gc = (f.gc_collections, f.gc_collected, f.gc_uncollectable)
         self.registry = CollectorRegistry(auto_describe=False)
@@ -65,6 +74,11 @@ class ServiceMetrics:
     def observe_graphs(self, model: Labels, timings: dict[str, float]) -> None:
         for graph, seconds in timings.items():
             self.graph_seconds.observe((*model, graph), seconds)
+
+    def observe_batch(self, model: Labels, requests: int, waited: bool) -> None:
+        self.batch_requests.observe(model, requests)
+        if waited:
+            self.batch_waits.inc(model)
 
     def observe_weights(self, model: Labels, experts: Sequence[str], weights: np.ndarray) -> None:
         if weights.shape[0] <= _FEW_ROWS:  # numpy's per-call cost exceeds a few bisects

@@ -19,6 +19,7 @@ GRAPH_BUCKETS = (
     0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5,
 )  # fmt: skip
 WEIGHT_BUCKETS = tuple(round(0.1 * k, 1) for k in range(1, 11))
+BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 
 
 @dataclass(frozen=True)
@@ -27,6 +28,8 @@ class Families:
     request_seconds: Any
     rows: Any
     graph_seconds: Any
+    batch_requests: Any
+    batch_waits: Any
     gate_weight: Any
     audit_depth: Any
     audit_commit_seconds: Any
@@ -70,6 +73,16 @@ def families() -> Families:
             "onnxruntime time per batch and graph.",
             ("graph",),
             GRAPH_BUCKETS,
+        ),
+        batch_requests=histogram(
+            "iabma_batch_requests",
+            "Requests merged into one graph run by dynamic batching.",
+            (),
+            BATCH_BUCKETS,
+        ),
+        batch_waits=counter(
+            "iabma_batch_waits_total",
+            "Graph runs that waited for requests in flight (IABMA_BATCH_WAIT_MS).",
         ),
         gate_weight=histogram(
             "iabma_gate_weight",

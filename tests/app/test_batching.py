@@ -9,6 +9,7 @@ import httpx
 import numpy as np
 from app_harness import AsgiHarness
 from app_support import Bundles, make_settings
+from metrics_support import scrape, value
 
 from app.batching import Batcher
 from app.codecs import native
@@ -32,14 +33,24 @@ def test_concurrent_requests_share_graph_runs_and_keep_their_rows(
     rows = [
         trained.instances(slice(int(s), int(s) + n)) for s, n in zip(starts, sizes, strict=True)
     ]
+    model = {"model_name": "demo", "model_version": trained.version}
     with AsgiHarness(make_settings(bundles.store, tmp_path, "demo")) as app:
         batcher = app.service.batcher
         assert batcher is not None
-        before = batcher.batches
+        before, _ = scrape(app)
+        runs_before = batcher.batches
         responses = app.run(_concurrent(app, rows))
-        runs = batcher.batches - before
+        runs = batcher.batches - runs_before
+        after, _ = scrape(app)
     assert [r.status_code for r in responses] == [200] * len(rows)
     assert runs < len(rows), "concurrent requests must share graph runs"
+
+    def delta(name: str) -> float:
+        return value(after, name, **model) - value(before, name, **model)
+
+    # /metrics shows the batching: its graph runs, and every request in one of them.
+    assert delta("iabma_batch_requests_count") == runs
+    assert delta("iabma_batch_requests_sum") == len(rows)
     got = np.concatenate(
         [
             [list(p["prediction"]["probabilities"].values()) for p in r.json()["predictions"]]
@@ -66,11 +77,14 @@ def test_one_client_at_a_time_runs_one_graph_per_request(bundles: Bundles, tmp_p
 WAIT_MS = 100.0  # the most IABMA_BATCH_WAIT_MS allows
 
 
-def _waiting_batcher(app: AsgiHarness, in_flight: int) -> tuple[Batcher, object]:
-    """A batcher with a long wait that believes ``in_flight`` requests are being served."""
+def _waiting_batcher(
+    app: AsgiHarness, in_flight: int, runs: list[tuple[int, bool]]
+) -> tuple[Batcher, object]:
+    """A batcher with a long wait that believes ``in_flight`` requests are being served;
+    each graph run's request count and whether it waited go to ``runs``."""
     model = app.service.runtime.current
     assert model is not None
-    return Batcher(WAIT_MS, 256, lambda: in_flight), model
+    return Batcher(WAIT_MS, 256, lambda: in_flight, lambda _, n, w: runs.append((n, w))), model
 
 
 def _columns(app: AsgiHarness, model: object, instances: list[dict]) -> object:
@@ -94,11 +108,12 @@ def test_a_busy_batch_waits_for_the_requests_in_flight_and_runs_when_all_joined(
     bundles: Bundles, tmp_path: Path
 ) -> None:
     with AsgiHarness(make_settings(bundles.store, tmp_path, "demo")) as app:
-        batcher, model = _waiting_batcher(app, in_flight=3)
+        runs: list[tuple[int, bool]] = []
+        batcher, model = _waiting_batcher(app, 3, runs)
         parts = [_columns(app, model, bundles.demo.instances([k])) for k in range(3)]
         # 10 ms apart: without the wait these would be three graph runs.
         elapsed = app.run(_staggered(batcher, model, parts, 0.01))
-    assert batcher.batches == 1 and batcher.requests == 3 and batcher.waited == 1
+    assert runs == [(3, True)] and batcher.waited == 1
     # It ran when the third joined (about 20 ms in), not at the end of the wait.
     assert elapsed < WAIT_MS / 1000 * 0.9
 
@@ -107,10 +122,11 @@ def test_a_busy_batch_runs_after_the_wait_when_the_others_do_not_come(
     bundles: Bundles, tmp_path: Path
 ) -> None:
     with AsgiHarness(make_settings(bundles.store, tmp_path, "demo")) as app:
-        batcher, model = _waiting_batcher(app, in_flight=5)
+        runs: list[tuple[int, bool]] = []
+        batcher, model = _waiting_batcher(app, 5, runs)
         parts = [_columns(app, model, bundles.demo.instances([k])) for k in range(2)]
         elapsed = app.run(_staggered(batcher, model, parts, 0.0))
-    assert batcher.batches == 1 and batcher.requests == 2
+    assert runs == [(2, True)]
     assert elapsed >= WAIT_MS / 1000 * 0.9
 
 

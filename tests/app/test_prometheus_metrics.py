@@ -75,6 +75,12 @@ def test_metrics_count_requests_inference_weights_and_audit(demo: Client, bundle
         assert delta("iabma_gate_weight_bucket", expert=expert, le="+Inf") == 6
     # One fused graph per batch: three predictions and one gate probe.
     assert delta("iabma_inference_duration_seconds_count", graph="ensemble") == 4
+    # One client at a time: each prediction ran alone through the batcher, without waiting.
+    assert types["iabma_batch_requests"] == "histogram"
+    assert delta("iabma_batch_requests_count") == 3
+    assert delta("iabma_batch_requests_sum") == 3
+    assert delta("iabma_batch_requests_bucket", le="1.0") == 3
+    assert delta("iabma_batch_waits_total") == 0
     weight_sum = sum(
         delta("iabma_gate_weight_sum", expert=e) for e in bundles.demo.est.expert_names_
     )
