@@ -177,43 +177,35 @@ class Service:
 
         Every 2xx has a durable record; a request refused before the graph ran has none.
         """
+        # Requests in here, before or after the graph, are what a batch may wait for.
         self.in_flight += 1
         try:
-            return await self._infer(model, request, ctx, encode)
+            with self.tracing.span("graph"):
+                if request.n <= INLINE_ROWS:
+                    if self.batcher is not None:
+                        pred = await self.batcher.predict(model, request.columns, request.n)
+                    else:
+                        pred = model.predictor.predict(request.columns)
+                else:
+                    loop = asyncio.get_running_loop()
+                    predict = model.predictor.predict
+                    pred = await loop.run_in_executor(self.graph, predict, request.columns)
+            check_finite(model, pred, request.row_field)
+            result = InferenceResult(model, pred)
+            committed = self.submit_record(result, request, ctx)
+            # The encoding overlaps the commit: the writer thread waits on the disk (without the
+            # GIL) while this thread formats the answer. Nothing is sent before the record is
+            # durable; an encoding fault (a server bug, a 500) leaves its record in the trail.
+            try:
+                content = encode(result)
+            finally:
+                if committed is not None:
+                    with self.tracing.span("audit"):
+                        await committed
+            self.count(result, request)
+            return content
         finally:
             self.in_flight -= 1
-
-    async def _infer(
-        self,
-        model: LoadedModel,
-        request: InferenceRequest,
-        ctx: RequestContext,
-        encode: Callable[[InferenceResult], Encoded],
-    ) -> Encoded:
-        with self.tracing.span("graph"):
-            if request.n <= INLINE_ROWS:
-                if self.batcher is not None:
-                    pred = await self.batcher.predict(model, request.columns, request.n)
-                else:
-                    pred = model.predictor.predict(request.columns)
-            else:
-                loop = asyncio.get_running_loop()
-                predict = model.predictor.predict
-                pred = await loop.run_in_executor(self.graph, predict, request.columns)
-        check_finite(model, pred, request.row_field)
-        result = InferenceResult(model, pred)
-        committed = self.submit_record(result, request, ctx)
-        # The encoding overlaps the commit: the writer thread waits on the disk (without the
-        # GIL) while this thread formats the answer. Nothing is sent before the record is
-        # durable; an encoding fault (a server bug, a 500) leaves its record in the trail.
-        try:
-            content = encode(result)
-        finally:
-            if committed is not None:
-                with self.tracing.span("audit"):
-                    await committed
-        self.count(result, request)
-        return content
 
     def submit_record(
         self, result: InferenceResult, request: InferenceRequest, ctx: RequestContext
