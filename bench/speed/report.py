@@ -10,6 +10,8 @@ NOISY_PCT = 15.0  # other processes took this share of the machine: the figure i
 # name -> (numerator, denominator, what); a key is (kind, workers, audit, route, rows, conns)
 Key = tuple[str, int, str, str, int, int]
 OURS_C32 = ("ours", 1, "sqlite", "predict", 1, 32)
+OURS_GRPC_C32 = ("ours", 1, "sqlite", "grpc", 1, 32)
+CEILING_GRPC_C32 = ("ceiling", 1, "-", "grpc", 1, 32)
 RATIOS: dict[str, tuple[Key, Key, str]] = {
     "ours_over_bare_c32": (
         OURS_C32,
@@ -48,18 +50,18 @@ RATIOS: dict[str, tuple[Key, Key, str]] = {
         "the most that ours_oip_over_mlserver_c32 could reach on this machine",
     ),
     "ceiling_grpc_over_predict_c32": (
-        ("ceiling", 1, "-", "grpc", 1, 32),
+        CEILING_GRPC_C32,
         OURS_C32,
         "req/s c32: a trivial grpc.aio ModelInfer handler vs our /predict; the most that "
         "grpc_over_predict_c32 could reach",
     ),
     "grpc_over_ceiling_grpc_c32": (
-        ("ours", 1, "sqlite", "grpc", 1, 32),
-        ("ceiling", 1, "-", "grpc", 1, 32),
+        OURS_GRPC_C32,
+        CEILING_GRPC_C32,
         "req/s c32: our gRPC ModelInfer vs the trivial handler on the same stack",
     ),
     "grpc_over_predict_c32": (
-        ("ours", 1, "sqlite", "grpc", 1, 32),
+        OURS_GRPC_C32,
         OURS_C32,
         "req/s, single-row c32, 1 worker SQLite trail: OIP ModelInfer over gRPC (h2load) vs "
         "/predict (wrk); target >= 1.0",

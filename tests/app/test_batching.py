@@ -77,42 +77,40 @@ def test_one_client_at_a_time_runs_one_graph_per_request(bundles: Bundles, tmp_p
 WAIT_MS = 100.0  # the most IABMA_BATCH_WAIT_MS allows
 
 
-def _waiting_batcher(
-    app: AsgiHarness, in_flight: int, runs: list[tuple[int, bool]]
-) -> tuple[Batcher, object]:
-    """A batcher with a long wait that believes ``in_flight`` requests are being served;
-    each graph run's request count and whether it waited go to ``runs``."""
-    model = app.service.runtime.current
-    assert model is not None
-    return Batcher(WAIT_MS, 256, lambda: in_flight, lambda _, n, w: runs.append((n, w))), model
+def _staggered(
+    bundles: Bundles, tmp_path: Path, in_flight: int, n: int, gap_s: float
+) -> tuple[Batcher, list[tuple[int, bool]], float]:
+    """Send ``n`` one-row predictions ``gap_s`` apart to a batcher with a long wait that
+    believes ``in_flight`` requests are being served. Returns it, each graph run's request
+    count and whether it waited, and the seconds until every prediction was answered."""
+    runs: list[tuple[int, bool]] = []
+    with AsgiHarness(make_settings(bundles.store, tmp_path, "demo")) as app:
+        model = app.service.runtime.current
+        assert model is not None
+        batcher = Batcher(WAIT_MS, 256, lambda: in_flight, lambda _, k, w: runs.append((k, w)))
+        parts = [
+            native.decode({"instances": bundles.demo.instances([k])}, model, 1000)[0].columns
+            for k in range(n)
+        ]
 
+        async def send() -> float:
+            loop = asyncio.get_running_loop()
+            t0, tasks = loop.time(), []
+            for cols in parts:
+                tasks.append(asyncio.ensure_future(batcher.predict(model, cols, 1)))
+                await asyncio.sleep(gap_s)
+            await asyncio.gather(*tasks)
+            return loop.time() - t0
 
-def _columns(app: AsgiHarness, model: object, instances: list[dict]) -> object:
-    request, _ = native.decode({"instances": instances}, model, 1000)  # type: ignore[arg-type]
-    return request.columns
-
-
-async def _staggered(batcher: Batcher, model: object, parts: list[object], gap_s: float) -> float:
-    """Send ``parts`` one after another, ``gap_s`` apart; seconds until all are answered."""
-    loop = asyncio.get_running_loop()
-    t0 = loop.time()
-    tasks = []
-    for cols in parts:
-        tasks.append(asyncio.ensure_future(batcher.predict(model, cols, 1)))  # type: ignore[arg-type]
-        await asyncio.sleep(gap_s)
-    await asyncio.gather(*tasks)
-    return loop.time() - t0
+        elapsed = app.run(send())
+    return batcher, runs, elapsed
 
 
 def test_a_busy_batch_waits_for_the_requests_in_flight_and_runs_when_all_joined(
     bundles: Bundles, tmp_path: Path
 ) -> None:
-    with AsgiHarness(make_settings(bundles.store, tmp_path, "demo")) as app:
-        runs: list[tuple[int, bool]] = []
-        batcher, model = _waiting_batcher(app, 3, runs)
-        parts = [_columns(app, model, bundles.demo.instances([k])) for k in range(3)]
-        # 10 ms apart: without the wait these would be three graph runs.
-        elapsed = app.run(_staggered(batcher, model, parts, 0.01))
+    # 10 ms apart: without the wait these would be three graph runs.
+    batcher, runs, elapsed = _staggered(bundles, tmp_path, in_flight=3, n=3, gap_s=0.01)
     assert runs == [(3, True)] and batcher.waited == 1
     # It ran when the third joined (about 20 ms in), not at the end of the wait.
     assert elapsed < WAIT_MS / 1000 * 0.9
@@ -121,11 +119,7 @@ def test_a_busy_batch_waits_for_the_requests_in_flight_and_runs_when_all_joined(
 def test_a_busy_batch_runs_after_the_wait_when_the_others_do_not_come(
     bundles: Bundles, tmp_path: Path
 ) -> None:
-    with AsgiHarness(make_settings(bundles.store, tmp_path, "demo")) as app:
-        runs: list[tuple[int, bool]] = []
-        batcher, model = _waiting_batcher(app, 5, runs)
-        parts = [_columns(app, model, bundles.demo.instances([k])) for k in range(2)]
-        elapsed = app.run(_staggered(batcher, model, parts, 0.0))
+    _, runs, elapsed = _staggered(bundles, tmp_path, in_flight=5, n=2, gap_s=0.0)
     assert runs == [(2, True)]
     assert elapsed >= WAIT_MS / 1000 * 0.9
 
