@@ -19,7 +19,7 @@ import numpy as np
 from scipy.optimize import minimize
 from scipy.special import logsumexp, softmax
 
-from app.bundle.mixture import clip_proba, mix_classification, mix_regression
+from app.bundle.mixture import clip_proba, log_sum_exp, mix_classification, mix_regression
 from training.errors import ParameterError
 from training.evidence import Evidence
 
@@ -59,9 +59,7 @@ def _regression_nll_per_temperature(
     base = base - np.log(sigmas) - 0.5 * np.log(2.0 * np.pi)
     out = np.empty(len(temperatures))
     for i, t in enumerate(temperatures):
-        joint = base - (0.5 / (t * t)) * r2
-        top = joint.max(axis=1)
-        out[i] = np.log(t) - (top + np.log(np.exp(joint - top[:, None]).sum(axis=1))).mean()
+        out[i] = np.log(t) - log_sum_exp(base - (0.5 / (t * t)) * r2, axis=1).mean()
     return out
 
 

@@ -25,6 +25,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from app.bundle.mixture import log_sum_exp
 from training.combiners.fallback import (
     POOL_PENALTY,
     GateChoice,
@@ -141,9 +142,7 @@ def one_se_epoch(
     lq = np.concatenate([lg[: epoch + 1] for lg in logits], axis=1).astype(np.float64)
     lq -= lq.max(axis=2, keepdims=True)
     lq -= np.log(np.exp(lq).sum(axis=2, keepdims=True))
-    joint = lq + rows[None]
-    top = joint.max(axis=2, keepdims=True)
-    per_row = -(top[..., 0] + np.log(np.exp(joint - top).sum(axis=2)))  # (epochs, rows)
+    per_row = -log_sum_exp(lq + rows[None], axis=2)  # (epochs, rows)
     diff = per_row - per_row[epoch]
     se = diff.std(axis=1, ddof=1) / np.sqrt(diff.shape[1])
     return int(np.flatnonzero(diff.mean(axis=1) <= se)[0])

@@ -31,6 +31,7 @@ from typing import Literal
 import numpy as np
 import torch
 
+from app.bundle.mixture import log_sum_exp
 from training.nn.net import HIDDEN, PosteriorNet
 
 Objective = Literal["elbo", "marginal"]
@@ -329,14 +330,17 @@ def train_members(
             seen[epoch, alive] = val_logits
         gained = alive[history[epoch, alive] < lowest[alive]]
         lowest[gained], last_gain[gained] = history[epoch, gained], epoch
-        stopping = bool(patience) and epoch - last_gain[alive].max() >= patience
         # Halve at the set epoch, or at the stop if that comes first.
-        if prune and len(alive) > prune[1] and (epochs_run == prune[0] or stopping):
+        if (
+            prune
+            and len(alive) > prune[1]
+            and (epochs_run == prune[0] or _stalled(last_gain[alive], epoch, patience))
+        ):
             keep = np.sort(np.argsort(lowest[alive])[: prune[1]])
             opt.keep(keep)
             obj.keep(keep)
             alive, pruned_after = alive[keep], epochs_run
-        if patience and epoch - last_gain[alive].max() >= patience:
+        if _stalled(last_gain[alive], epoch, patience):
             break
     bar.close()
     layers: list[list[tuple[np.ndarray, np.ndarray]] | None] = [None] * K
@@ -351,11 +355,14 @@ def train_members(
     )
 
 
+def _stalled(last_gain: np.ndarray, epoch: int, patience: int | None) -> bool:
+    """Whether ``patience`` epochs in a row brought none of these members a new lowest."""
+    return bool(patience) and epoch - int(last_gain.max()) >= patience
+
+
 def _mixture_nll(logits: np.ndarray, log_lik: np.ndarray) -> np.ndarray:
     """(K, n) logits + (n, m) L -> (K,) mean of ``-log sum_j q_j f_j(y|x)``."""
-    joint = log_softmax(logits) + log_lik
-    top = joint.max(axis=-1)
-    return -(top + np.log(np.exp(joint - top[..., None]).sum(axis=-1))).mean(axis=-1)
+    return -log_sum_exp(log_softmax(logits) + log_lik).mean(axis=-1)
 
 
 def _progress(total: int, enabled: bool):
