@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from training.combiners.names import BENCH_METHODS, NOT_COMPETING
+from training.combiners.names import ABLATIONS, BENCH_METHODS, NOT_COMPETING
 
 METHODS = BENCH_METHODS
 HEADERS = (
@@ -41,15 +41,7 @@ HEADERS = (
     "IA-BMA prior τ searched",
     "IA-BMA s = σ",
 )
-RIVALS = (
-    "moe_tuned",
-    "stacking",
-    "ensemble_selection",
-    "iabma_lambda0",
-    "iabma_no_temp",
-    "iabma_prior_tau",
-    "iabma_s_sigma",
-)
+RIVALS = ("moe_tuned", "stacking", "ensemble_selection", *ABLATIONS)
 METRICS = {
     "classification": ("accuracy", "ece", "nll", "brier"),
     "regression": ("r2", "rmse", "nll", "crps", "coverage90"),
