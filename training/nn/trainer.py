@@ -357,7 +357,9 @@ def train_members(
 
 def _stalled(last_gain: np.ndarray, epoch: int, patience: int | None) -> bool:
     """Whether ``patience`` epochs in a row brought none of these members a new lowest."""
-    return bool(patience) and epoch - int(last_gain.max()) >= patience
+    if not patience:
+        return False
+    return epoch - int(last_gain.max()) >= patience
 
 
 def _mixture_nll(logits: np.ndarray, log_lik: np.ndarray) -> np.ndarray:
