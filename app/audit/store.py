@@ -148,7 +148,12 @@ class AuditStore:
         """One transaction for the whole group: COPY on PostgreSQL, one multi-row INSERT on
         SQLite.
 
-        Called only from the writer thread, which keeps one connection for itself.
+        Called only from the writer thread, which keeps one connection for itself, in
+        autocommit: a single statement is its own transaction, durable when it returns, with
+        no BEGIN and COMMIT around it. Each of those is a round trip to PostgreSQL, and on
+        SQLite a step that gives up the GIL and must win it back from a busy event loop
+        (up to the 5 ms switch interval each time). A group too large for one INSERT gets
+        an explicit transaction.
         """
         rows = [r.log_values() for r in batch]
         if self._writer is None:
@@ -158,14 +163,18 @@ class AuditStore:
             cur = conn.cursor()
             try:
                 if self._copy is not None:
-                    # In autocommit the COPY is its own transaction, durable when it returns.
                     with cur.copy(self._copy) as copy:
                         for row in rows:
                             copy.write_row(row)
                 else:
-                    for sql, params in self._log.statements(rows):
+                    statements = self._log.statements(rows)
+                    several = len(statements) > 1
+                    if several:
+                        cur.execute("BEGIN")
+                    for sql, params in statements:
                         cur.execute(sql, params)
-                    conn.commit()
+                    if several:
+                        cur.execute("COMMIT")
             finally:
                 cur.close()
         except Exception:
@@ -179,12 +188,13 @@ class AuditStore:
 
     def _connect_writer(self) -> Any:
         conn = self.engine.raw_connection()
+        dbapi = conn.dbapi_connection
         if self._copy is not None:
-            # One COPY needs no BEGIN and COMMIT round trips around it: a third less CPU per
-            # group in this process and in the PostgreSQL backend (measured). Detached, so
-            # the pool never hands an autocommit connection to a reader.
-            conn.dbapi_connection.autocommit = True
-            conn.detach()
+            dbapi.autocommit = True
+        else:
+            dbapi.isolation_level = None  # sqlite3's autocommit
+        # Detached, so the pool never hands an autocommit connection to a reader.
+        conn.detach()
         return conn
 
     def find(self, request_id: str) -> dict[str, Any] | None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import hashlib
 import hmac
 import json
@@ -21,7 +22,7 @@ from metrics_support import totals
 from support import PG_DSN, schema_of
 
 from app.audit.records import AuditRecord, now_us
-from app.audit.store import AuditStore
+from app.audit.store import ROWS_PER_STATEMENT, AuditStore
 from app.audit.tables import SqliteInUse
 from app.audit.writer import AuditWriter
 from app.metrics import ServiceMetrics
@@ -221,6 +222,29 @@ def test_closing_the_writer_flushes_the_queue(trail: Trail) -> None:
 
     assert asyncio.run(main()) == [None] * 25
     assert trail.count() == 25
+
+
+def test_a_group_is_one_transaction_even_over_several_statements(trail: Trail) -> None:
+    """The writer's connection runs in autocommit; a group larger than one INSERT must
+    still be all or nothing. Half a group in the trail would be records of requests that
+    were answered 503."""
+    store = AuditStore(trail.url, 10.0)
+    store.prepare()
+    try:
+        n = ROWS_PER_STATEMENT + 5
+        store.insert([_record(f"ok-{k}") for k in range(n)])
+        assert trail.count() == n
+        # The last record fails its NOT NULL column, in the group's second statement.
+        bad = [_record(f"bad-{k}") for k in range(n)]
+        bad[-1] = dataclasses.replace(bad[-1], request_id=None)  # type: ignore[arg-type]
+        with pytest.raises(Exception, match="(?i)null"):
+            store.insert(bad)
+        assert trail.count() == n
+        # The writer reconnects after a failure, and the next group lands.
+        store.insert([_record("after")])
+        assert trail.count() == n + 1
+    finally:
+        store.close()
 
 
 def test_tables_are_created_once_by_racing_writers(pg_url: str) -> None:
