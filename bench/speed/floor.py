@@ -11,10 +11,10 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-
-# A c1 HTTP request starts after the process slept in epoll. On this kind of VM the
-# first work after any sleep runs ~1.6x slower than in a hot loop (predict on 1000 demo
-# rows: 1.21 ms hot, 1.90 ms after a 0.2 ms sleep), so the floor is also taken that way.
+# A c1 HTTP request starts after the process slept in epoll. On this kind of VM the work
+# after a sleep can run slower than in a hot loop, by an amount that varies from day to
+# day (demo, 1000 rows: 1.21 against 1.90 ms in one session, 1.17 against 1.23 ms in the
+# next; 1 row: 0.07 against 0.22 ms), so the floor is also taken that way.
 IDLE_S = 0.001
 
 
