@@ -188,7 +188,7 @@ class AuditStore:
 
     def _connect_writer(self) -> Any:
         conn = self.engine.raw_connection()
-        dbapi = conn.dbapi_connection
+        dbapi: Any = conn.dbapi_connection  # psycopg's or sqlite3's connection
         if self._copy is not None:
             dbapi.autocommit = True
         else:
