@@ -66,13 +66,15 @@ def in_process_floor(
         inputs = [[rows[(s + j) % len(rows)] for j in range(size)] for s in starts]
         columns = [table.columns(x, field) for x in inputs]
         k = len(inputs)
+
+        def predict(i: int) -> object:
+            return predictor.predict(columns[i % k])
+
         return {
             "rows": size,
             "repeats": repeats,
-            "predict_ms": _median_ms(lambda i: predictor.predict(columns[i % k]), repeats, 20),
-            "predict_after_idle_ms": _median_ms(
-                lambda i: predictor.predict(columns[i % k]), repeats, 20, IDLE_S
-            ),
+            "predict_ms": _median_ms(predict, repeats, 20),
+            "predict_after_idle_ms": _median_ms(predict, repeats, 20, IDLE_S),
             "columns_ms": _median_ms(lambda i: table.columns(inputs[i % k], field), repeats, 5),
         }
 
