@@ -306,9 +306,38 @@ def _warn_mostly_numeric(name: str, values: list[object], kinds: Counter, rule: 
     warn_mostly_numeric(name, kinds["number"], odd)
 
 
+# Units, currency signs and thousands spaces around a number ("82.1%", "37 684,73 €").
+_DECORATION = re.compile(r"[\s\u00a0\u202f%‰€$£¥]")
+_PLAIN_NUMBER = re.compile(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?", re.ASCII)
+
+
+def _decorated_number(text: str) -> bool:
+    """Whether ``text`` is a number once units, currency signs and separators are gone."""
+    bare = _DECORATION.sub("", text)
+    if bare.count(",") == 1 and "." not in bare:
+        bare = bare.replace(",", ".")  # a decimal comma
+    else:
+        bare = bare.replace(",", "")  # thousands commas
+    return bool(_PLAIN_NUMBER.fullmatch(bare))
+
+
 def warn_mostly_numeric(name: str, n_numbers: int, odd: Counter) -> None:
-    """A numeric column spoilt by a few stand-in strings ("?", "unknown") is common."""
+    """A numeric column spoilt by a few stand-in strings ("?", "unknown"), or written with
+    units and separators ("82.1%", "37 684,73"), is common. Either way the column becomes
+    categorical, which the user should hear about rather than find in the manifest."""
     n_odd = sum(odd.values())
+    n_decorated = sum(n for t, n in odd.items() if _decorated_number(t))
+    if n_decorated and n_numbers + n_decorated >= 0.9 * (n_numbers + n_odd):
+        shown = ", ".join(repr(t) for t, _ in odd.most_common(3))
+        warnings.warn(
+            f"column {name!r} holds numbers written as text in {n_decorated} cells (e.g. "
+            f"{shown}); it is treated as categorical. To use it as a number, write plain "
+            "numbers in the file (no units, currency signs or thousands separators; one "
+            "decimal mark)",
+            DataWarning,
+            stacklevel=4,
+        )
+        return
     if len(odd) > 3 or n_numbers < 0.9 * (n_numbers + n_odd):
         return
     shown = ", ".join(repr(t) for t, _ in odd.most_common())

@@ -152,6 +152,22 @@ def test_a_numeric_column_spoilt_by_placeholders_gets_a_hint(
     assert code == 0 and "age                          f_age                        numeric" in out
 
 
+def test_numbers_written_with_units_or_separators_get_a_hint(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    share = [f"{v / 2:.1f}%" for v in range(80)]
+    income = [f"{1000 + 37 * v}.5" for v in range(80)]
+    for i in range(0, 80, 7):  # a few rows from a French spreadsheet: "1 259,25"
+        income[i] = f"{(1000 + 37 * i) // 1000} {(1000 + 37 * i) % 1000:03d},25"
+    code, _out, err = train(capsys, write(tmp_path, table(share=share, income=income)))
+    assert code == 0, err
+    assert "column 'share' holds numbers written as text in 80 cells (e.g. '0.0%'" in err
+    assert "column 'income' holds numbers written as text in 12 cells" in err
+    # Real categories get no such hint.
+    code, _out, err = train(capsys, write(tmp_path, table(share=["a", "b"] * 40)))
+    assert code == 0 and "numbers written as text" not in err
+
+
 def test_an_internal_error_is_one_line_and_debug_shows_the_trace(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
