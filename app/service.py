@@ -192,7 +192,10 @@ class Service:
                     pred = await loop.run_in_executor(self.graph, predict, request.columns)
             check_finite(model, pred, request.row_field)
             result = InferenceResult(model, pred)
-            committed = self.submit_record(result, request, ctx)
+            committed, taken = self.submit_record(result, request, ctx)
+            if taken is not None and committed is not None:
+                # Let the writer build its row first; see app.audit.writer.
+                await asyncio.wait((taken, committed), return_when=asyncio.FIRST_COMPLETED)
             # The encoding overlaps the commit: the writer thread waits on the disk (without the
             # GIL) while this thread formats the answer. Nothing is sent before the record is
             # durable; an encoding fault (a server bug, a 500) leaves its record in the trail.
@@ -209,10 +212,11 @@ class Service:
 
     def submit_record(
         self, result: InferenceResult, request: InferenceRequest, ctx: RequestContext
-    ) -> asyncio.Future[None] | None:
-        """Queue the answer's audit record; None when the trail is off."""
+    ) -> tuple[asyncio.Future[None] | None, asyncio.Future[None] | None]:
+        """Queue the answer's audit record: its commit, and for a large request the moment
+        the writer takes it; (None, None) when the trail is off."""
         if not self.settings.audit_enabled:
-            return None
+            return None, None
         if self.writer is None:
             raise NotReady("the audit trail is not open yet; retry shortly", field="audit")
         model, pred = result.model, result.prediction
@@ -239,7 +243,9 @@ class Service:
             instances=request.instances,
             hash_key=self.hash_key,
         )
-        return self.writer.submit(record)
+        if request.n > INLINE_ROWS:
+            return self.writer.submit_large(record)
+        return self.writer.submit(record), None
 
     def count(self, result: InferenceResult, request: InferenceRequest) -> None:
         """Count a durable prediction in the metrics."""

@@ -1,6 +1,6 @@
 """Reading and writing the trail through SQLAlchemy Core; every method is blocking.
 
-The writer thread calls :meth:`AuditStore.insert` with a whole group of records: one
+The writer thread calls :meth:`AuditStore.insert_rows` with a whole group of records: one
 transaction through the driver on the writer's own connection (``COPY`` on PostgreSQL,
 one multi-row INSERT on SQLite), no ORM work per record. Request handlers call the
 readers through a worker thread.
@@ -155,7 +155,10 @@ class AuditStore:
         (up to the 5 ms switch interval each time). A group too large for one INSERT gets
         an explicit transaction.
         """
-        rows = [r.log_values() for r in batch]
+        self.insert_rows([r.log_values() for r in batch])
+
+    def insert_rows(self, rows: Sequence[tuple[Any, ...]]) -> None:
+        """:meth:`insert` for rows already built by :meth:`AuditRecord.log_values`."""
         if self._writer is None:
             self._writer = self._connect_writer()
         conn = self._writer

@@ -7,6 +7,11 @@ first records while the event loop is still answering the others, so commits ove
 with work instead of following it; under load one fsync serves many requests. A response
 therefore leaves only after its record is durable.
 
+A large request asks to be told when the writer has taken its record (``taken``), and
+only then encodes its answer. Both the writer's row building and the encoding need the
+GIL: a request that encoded first kept the writer waiting for the GIL through the whole
+encoding, and the commit (its fsync included) then ran after it instead of beside it.
+
 If a commit fails, the waiting requests get :class:`~app.errors.AuditUnavailable` (503);
 a watchdog fails any request still waiting after ``IABMA_AUDIT_TIMEOUT_SECONDS``. Closing
 the writer flushes the queue first.
@@ -28,7 +33,7 @@ from app.errors import AuditUnavailable
 from app.metrics import ServiceMetrics
 
 log = logging.getLogger("iabma.audit")
-_Item = tuple[AuditRecord, asyncio.Future[None]]
+_Item = tuple[AuditRecord, asyncio.Future[None], asyncio.Future[None] | None]
 _STOP = None
 
 
@@ -67,11 +72,23 @@ class AuditWriter:
     def submit(self, record: AuditRecord) -> asyncio.Future[None]:
         """Queue ``record``; the future settles once it is committed, or with
         ``AuditUnavailable``. The caller may work while the commit runs, then await it."""
+        return self._put(record, None)
+
+    def submit_large(
+        self, record: AuditRecord
+    ) -> tuple[asyncio.Future[None], asyncio.Future[None]]:
+        """Queue ``record``; also return a future set when the writer takes it (or, like
+        the first, failed). Await ``taken`` (or the commit) before long GIL-bound work."""
+        assert self._loop is not None
+        taken: asyncio.Future[None] = self._loop.create_future()
+        return self._put(record, taken), taken
+
+    def _put(self, record: AuditRecord, taken: asyncio.Future[None] | None) -> asyncio.Future[None]:
         if self._thread is None or not self._thread.is_alive() or self._loop is None:
             raise AuditUnavailable("the audit writer is not running", field="audit")
         done: asyncio.Future[None] = self._loop.create_future()
         self._deadlines.append((time.monotonic() + self.timeout_seconds, done))
-        self._queue.put((record, done))
+        self._queue.put((record, done, taken))
         return done
 
     async def _expire(self) -> None:
@@ -113,9 +130,16 @@ class AuditWriter:
 
     def _commit(self, batch: list[_Item]) -> None:
         self._in_commit = len(batch)
+        taken = [t for _, _, t in batch if t is not None]
+        assert self._loop is not None
         t0 = time.perf_counter()
         try:
-            self.store.insert([rec for rec, _ in batch])
+            rows = [rec.log_values() for rec, _, _ in batch]
+            # Rows built, the rest waits on the database without the GIL: let them encode.
+            if taken:
+                self._loop.call_soon_threadsafe(_release, taken)
+                taken = []
+            self.store.insert_rows(rows)
         except Exception as exc:
             log.error("audit commit of %d records failed: %s", len(batch), exc, exc_info=exc)
             error: Exception | None = AuditUnavailable(
@@ -127,7 +151,8 @@ class AuditWriter:
             error = None
         seconds = time.perf_counter() - t0
         self._in_commit = 0
-        assert self._loop is not None
+        if taken:  # log_values failed
+            self._loop.call_soon_threadsafe(_release, taken)
         self._loop.call_soon_threadsafe(self._settle, batch, error, seconds)
 
     def _settle(self, batch: list[_Item], error: Exception | None, seconds: float) -> None:
@@ -138,7 +163,7 @@ class AuditWriter:
             self.metrics.audit_records.inc(labels, len(batch))
         else:
             self.metrics.audit_failures.inc(labels)
-        for _, fut in batch:
+        for _, fut, _ in batch:
             if fut.done():
                 continue
             if error is None:
@@ -156,3 +181,9 @@ class AuditWriter:
             self._watchdog = None
         # Settle callbacks posted by the last commit before anyone reads the futures.
         await asyncio.sleep(0)
+
+
+def _release(futures: list[asyncio.Future[None]]) -> None:
+    for fut in futures:
+        if not fut.done():
+            fut.set_result(None)

@@ -8,6 +8,7 @@ import hashlib
 import hmac
 import json
 import sqlite3
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -167,8 +168,11 @@ def test_payload_modes(mode: str, trail: Trail, serve: Callable[..., Any]) -> No
         assert raw_json is None and raw_hash is None
 
 
+# A large request (past app.service.INLINE_ROWS) waits for the writer to take its record
+# before encoding; that wait must end on a failure too.
+@pytest.mark.parametrize("rows", [1, 200])
 def test_store_failure_is_a_503_and_records_nothing(
-    trail: Trail, serve: Callable[..., Any]
+    rows: int, trail: Trail, serve: Callable[..., Any]
 ) -> None:
     with serve("uvicorn", trail) as app:
         ok = app.post("/predict", json={"instances": [{"x1": 0.1, "x2": 0.2}]})
@@ -176,7 +180,7 @@ def test_store_failure_is_a_503_and_records_nothing(
         # The database now refuses every insert: the group's transaction must roll back.
         failed_before = totals(app, "iabma_audit_failures_total")["iabma_audit_failures_total"]
         trail.refuse_inserts()
-        r = app.post("/predict", json={"instances": [{"x1": 0.3, "x2": 0.4}]})
+        r = app.post("/predict", json={"instances": [{"x1": 0.3, "x2": 0.4}] * rows})
         assert r.status_code == 503, r.text
         assert r.json()["error"]["code"] == "audit_unavailable"
         assert "nothing was recorded" in r.json()["error"]["message"]
@@ -184,6 +188,56 @@ def test_store_failure_is_a_503_and_records_nothing(
         assert app.get("/livez").status_code == 200
         failures = totals(app, "iabma_audit_failures_total")["iabma_audit_failures_total"]
         assert failures - failed_before == 1
+
+
+def test_a_hung_trail_answers_503_within_its_timeout(
+    pg_url: str, serve: Callable[..., Any]
+) -> None:
+    """A table lock holds the writer inside a commit: the single-row request that is in
+    it, and the large one queued behind it (whose writer never takes its record), both get
+    a 503 after ``IABMA_AUDIT_TIMEOUT_SECONDS``, not a hang."""
+    trail = Trail(pg_url, None)
+    with serve("uvicorn", trail, audit_timeout_seconds=1.0) as app:
+        assert app.post("/predict", json={"instances": [{"x1": 0.1, "x2": 0.2}]}).status_code == 200
+        with psycopg.connect(PG_DSN) as lock:
+            lock.execute(f'set search_path to "{schema_of(trail.url)}"')
+            lock.execute("lock table iabma_audit_log in access exclusive mode")
+            answers = []
+            for rows in (1, 200):
+                t0 = time.monotonic()
+                r = app.post("/predict", json={"instances": [{"x1": 0.3, "x2": 0.4}] * rows})
+                answers.append((r.status_code, r.json()["error"]["message"], time.monotonic() - t0))
+            lock.rollback()
+        for status, message, seconds in answers:
+            assert status == 503
+            assert "did not commit within 1 s" in message
+            assert 0.9 < seconds < 3.0
+        assert app.get("/readyz").status_code == 200
+
+
+def test_a_large_record_is_taken_before_it_is_committed(trail: Trail) -> None:
+    async def main() -> list[str]:
+        store = AuditStore(trail.url, 10.0)
+        store.prepare()
+        writer = AuditWriter(store, ServiceMetrics(), lambda: ("demo", "v1"), 4, 10.0)
+        writer.start()
+        order: list[str] = []
+        committed, taken = writer.submit_large(_record("large"))
+        taken.add_done_callback(lambda _: order.append("taken"))
+        committed.add_done_callback(lambda _: order.append("committed"))
+        await committed
+        # A record whose row cannot be built fails its commit, and is still let go.
+        broken = dataclasses.replace(_record("broken"), instances=[{"x": {1, 2}}])  # a set
+        failed, released = writer.submit_large(broken)
+        with pytest.raises(Exception, match="audit store is unavailable"):
+            await failed
+        assert released.done() and released.exception() is None
+        await writer.close()
+        store.close()
+        return order
+
+    assert asyncio.run(main()) == ["taken", "committed"]
+    assert trail.count() == 1
 
 
 def _record(rid: str) -> AuditRecord:
