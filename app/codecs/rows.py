@@ -62,15 +62,16 @@ class RowTemplate:
     ) -> bytes:
         """The rows, comma-separated: ``numbers`` is (n, K) in slot order.
 
-        Every piece of the answer goes into one list by strided slice assignments, one per
-        slot (C loops over the rows), and is joined once.
+        Every piece of the answer goes into one list: the fixed text by repeating one row's
+        list, the values by strided slice assignments, one per slot (C loops over the rows);
+        it is joined once.
         """
         n, k = numbers.shape
-        kinds, fragments, tokens = self.slot_kinds, self.fragment_list, self.label_tokens
+        kinds = self.slot_kinds
         width = 2 * len(kinds) + 1
-        parts: list[bytes] = [b""] * (n * width)
-        for j, fragment in enumerate(fragments):
-            parts[2 * j :: width] = [fragment] * n
+        row: list[bytes] = [b""] * width
+        row[0::2] = self.fragment_list
+        parts = row * n
         if k:
             raw = orjson.dumps(np.ascontiguousarray(numbers).ravel(), option=_NUMPY)
             flat = raw[1:-1].split(b",")
@@ -81,12 +82,12 @@ class RowTemplate:
                     column += 1
         if labels is not None:
             mixture, experts = labels
+            tokens = np.array(self.label_tokens, dtype=object)
             for slot, kind in enumerate(kinds):
                 if kind == LABEL:
-                    parts[2 * slot + 1 :: width] = [tokens[i] for i in mixture.tolist()]
+                    parts[2 * slot + 1 :: width] = tokens[mixture].tolist()
                 elif kind >= 0 and experts is not None:
-                    chosen = experts[:, kind].tolist()
-                    parts[2 * slot + 1 :: width] = [tokens[i] for i in chosen]
+                    parts[2 * slot + 1 :: width] = tokens[experts[:, kind]].tolist()
         return b"".join(parts)[:-1]  # every row ends with "},"
 
 
