@@ -32,7 +32,8 @@ class LoadedModel:
     classes: tuple[Any, ...]  # labels as in the manifest (int or str)
     class_keys: tuple[str, ...]  # the same labels as JSON object keys
     expert_std: tuple[float, ...]  # regression: each expert's own std, target units
-    # What codecs precompute once per bundle (answer templates); never part of equality.
+    # What codecs and the service keep per bundle (answer templates, the graph's time per
+    # row); never part of equality.
     cache: dict[Any, Any] = field(default_factory=dict, compare=False, repr=False)
 
     def label_values(self, index: np.ndarray) -> Any:

@@ -17,6 +17,7 @@ from app_support import Bundles, instances, make_settings
 
 from app.bundle.mixture import clip_proba
 from app.schemas import PredictResponse
+from app.service import ROW_SECONDS, runs_alone_inline
 
 TOL = 1e-5
 Client = AsgiHarness | UvicornHarness
@@ -237,3 +238,35 @@ def test_large_batch_runs_off_the_event_loop_and_still_matches(
     got = np.array([[it["prediction"]["probabilities"]["1"]] for it in r.json()["predictions"]])
     want = trained.est.predict_proba(trained.X.iloc[:250])[:, [1]]
     np.testing.assert_allclose(got, want, atol=TOL, rtol=0)
+
+
+@pytest.mark.parametrize(
+    ("n", "in_flight", "per_row", "inline"),
+    [
+        (1000, 1, 1.2e-6, True),  # the demo graph: 1.2 ms for 1000 rows
+        (1000, 2, 1.2e-6, False),  # another request is being served: keep the loop free
+        (1000, 1, None, False),  # the graph's time is not known yet
+        (1000, 1, 50e-6, False),  # a kNN expert over 16,512 rows: 50 ms
+        (1666, 1, 1.2e-6, True),
+        (1667, 1, 1.2e-6, False),  # past ALONE_SECONDS
+    ],
+)
+def test_which_large_requests_run_on_the_event_loop(
+    n: int, in_flight: int, per_row: float | None, inline: bool
+) -> None:
+    assert runs_alone_inline(n, in_flight, per_row) is inline
+
+
+def test_a_lone_large_request_learns_its_graph_time_then_runs_inline_with_the_same_answer(
+    demo: Client, bundles: Bundles
+) -> None:
+    rows = bundles.demo.instances(slice(0, 250))
+    answers = []
+    for _ in range(2):
+        r = demo.post("/predict", json={"instances": rows})
+        assert r.status_code == 200, r.text
+        answers.append(r.json()["predictions"])
+    assert answers[0] == answers[1]
+    model = demo.service.runtime.require()
+    per_row = model.cache[ROW_SECONDS]
+    assert per_row > 0 and runs_alone_inline(250, 1, per_row)  # a lone one now runs inline
