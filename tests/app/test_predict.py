@@ -232,7 +232,7 @@ def test_large_batch_runs_off_the_event_loop_and_still_matches(
     demo: Client, bundles: Bundles
 ) -> None:
     trained = bundles.demo
-    rows = trained.instances(slice(0, 250))  # above INLINE_ROWS: a worker thread runs it
+    rows = trained.instances(slice(0, 250))  # above INLINE_ROWS: the first goes to the graph thread
     r = demo.post("/predict", json={"instances": rows})
     assert r.status_code == 200, r.text
     got = np.array([[it["prediction"]["probabilities"]["1"]] for it in r.json()["predictions"]])
