@@ -185,8 +185,9 @@ class AuditStore:
             self._writer = None
             with contextlib.suppress(Exception):
                 conn.rollback()
+            # Detached from the pool, so invalidate() would leave it open: close it.
             with contextlib.suppress(Exception):
-                conn.invalidate()
+                conn.close()
             raise
 
     def _connect_writer(self) -> Any:
