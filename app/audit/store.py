@@ -145,8 +145,12 @@ class AuditStore:
             self._lock = None
 
     def insert(self, batch: Sequence[AuditRecord]) -> None:
-        """One transaction for the whole group: COPY on PostgreSQL, one multi-row INSERT on
-        SQLite.
+        """:meth:`insert_rows` for records, building their rows here."""
+        self.insert_rows([r.log_values() for r in batch])
+
+    def insert_rows(self, rows: Sequence[tuple[Any, ...]]) -> None:
+        """One transaction for the whole group of :meth:`AuditRecord.log_values` rows: COPY
+        on PostgreSQL, one multi-row INSERT on SQLite.
 
         Called only from the writer thread, which keeps one connection for itself, in
         autocommit: a single statement is its own transaction, durable when it returns, with
@@ -155,10 +159,6 @@ class AuditStore:
         (up to the 5 ms switch interval each time). A group too large for one INSERT gets
         an explicit transaction.
         """
-        self.insert_rows([r.log_values() for r in batch])
-
-    def insert_rows(self, rows: Sequence[tuple[Any, ...]]) -> None:
-        """:meth:`insert` for rows already built by :meth:`AuditRecord.log_values`."""
         if self._writer is None:
             self._writer = self._connect_writer()
         conn = self._writer

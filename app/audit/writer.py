@@ -134,11 +134,12 @@ class AuditWriter:
         assert self._loop is not None
         t0 = time.perf_counter()
         try:
-            rows = [rec.log_values() for rec, _, _ in batch]
-            # Rows built, the rest waits on the database without the GIL: let them encode.
-            if taken:
-                self._loop.call_soon_threadsafe(_release, taken)
-                taken = []
+            try:
+                rows = [rec.log_values() for rec, _, _ in batch]
+            finally:
+                # Rows built (or failed): the rest waits on the database without the GIL.
+                if taken:
+                    self._loop.call_soon_threadsafe(_release, taken)
             self.store.insert_rows(rows)
         except Exception as exc:
             log.error("audit commit of %d records failed: %s", len(batch), exc, exc_info=exc)
@@ -151,8 +152,6 @@ class AuditWriter:
             error = None
         seconds = time.perf_counter() - t0
         self._in_commit = 0
-        if taken:  # log_values failed
-            self._loop.call_soon_threadsafe(_release, taken)
         self._loop.call_soon_threadsafe(self._settle, batch, error, seconds)
 
     def _settle(self, batch: list[_Item], error: Exception | None, seconds: float) -> None:

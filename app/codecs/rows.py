@@ -55,7 +55,8 @@ class _Builder:
 class RowTemplate:
     slot_kinds: tuple[int, ...]  # per slot: NUMBER, LABEL, or the index of an expert's label
     fragment_list: tuple[bytes, ...]  # the text around the slots: one more than slots
-    label_tokens: tuple[bytes, ...]  # each class label as JSON
+    # Each class label as JSON bytes, in an object array so a row's labels are one take.
+    label_tokens: np.ndarray = field(compare=False)
 
     def render(
         self, numbers: np.ndarray, labels: tuple[np.ndarray, np.ndarray | None] | None
@@ -82,7 +83,7 @@ class RowTemplate:
                     column += 1
         if labels is not None:
             mixture, experts = labels
-            tokens = np.array(self.label_tokens, dtype=object)
+            tokens = self.label_tokens
             for slot, kind in enumerate(kinds):
                 if kind == LABEL:
                     parts[2 * slot + 1 :: width] = tokens[mixture].tolist()
@@ -138,5 +139,5 @@ def row_template(model: LoadedModel, include: Sequence[str]) -> RowTemplate:
     return RowTemplate(
         slot_kinds=tuple(b.slots),
         fragment_list=tuple(b.fragments),
-        label_tokens=tuple(_json(c) for c in model.classes),
+        label_tokens=np.array([_json(c) for c in model.classes], dtype=object),
     )

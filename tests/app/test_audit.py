@@ -217,10 +217,7 @@ def test_a_hung_trail_answers_503_within_its_timeout(
 
 def test_a_large_record_is_taken_before_it_is_committed(trail: Trail) -> None:
     async def main() -> list[str]:
-        store = AuditStore(trail.url, 10.0)
-        store.prepare()
-        writer = AuditWriter(store, ServiceMetrics(), lambda: ("demo", "v1"), 4, 10.0)
-        writer.start()
+        store, writer = _open_writer(trail)
         order: list[str] = []
         committed, taken = writer.submit_large(_record("large"))
         taken.add_done_callback(lambda _: order.append("taken"))
@@ -238,6 +235,15 @@ def test_a_large_record_is_taken_before_it_is_committed(trail: Trail) -> None:
 
     assert asyncio.run(main()) == ["taken", "committed"]
     assert trail.count() == 1
+
+
+def _open_writer(trail: Trail) -> tuple[AuditStore, AuditWriter]:
+    """A store and its started writer (groups of at most 4); call inside the event loop."""
+    store = AuditStore(trail.url, 10.0)
+    store.prepare()
+    writer = AuditWriter(store, ServiceMetrics(), lambda: ("demo", "v1"), 4, 10.0)
+    writer.start()
+    return store, writer
 
 
 def _record(rid: str) -> AuditRecord:
@@ -262,10 +268,7 @@ def _record(rid: str) -> AuditRecord:
 
 def test_closing_the_writer_flushes_the_queue(trail: Trail) -> None:
     async def main() -> list[Any]:
-        store = AuditStore(trail.url, 10.0)
-        store.prepare()
-        writer = AuditWriter(store, ServiceMetrics(), lambda: ("demo", "v1"), 4, 10.0)
-        writer.start()
+        store, writer = _open_writer(trail)
         waiting = [writer.submit(_record(f"q-{k}")) for k in range(25)]
         await asyncio.sleep(0)  # every record is queued, none committed yet
         assert 0 < writer.depth <= 25  # the writer thread may already be committing some
