@@ -94,9 +94,19 @@ def plain_comparison(est: IABMAClassifier | IABMARegressor, X: Any, y: Any) -> d
         "difference": float(diff.mean()),
         "se_difference": se,
         "se_nll": bootstrap_se(ours),
-        "within_one_se": bool(diff.mean() <= se),
+        "within_one_se": bool(diff.mean() <= se),  # not worse by more than one SE
         "resamples": BOOTSTRAP_RESAMPLES,
     }
+
+
+def comparison_verdict(difference: float, se: float) -> str:
+    """How a paired NLL difference (ours minus the rival's) reads against its standard
+    error: lower NLL is better, so a difference below ``-se`` is better beyond the noise."""
+    if difference < -se:
+        return "better by more than one standard error"
+    if difference <= se:
+        return "within one standard error"
+    return "WORSE by more than one standard error"
 
 
 def format_table(rows: dict[str, dict[str, float]], metrics: list[str]) -> str:

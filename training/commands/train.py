@@ -185,7 +185,7 @@ def describe(train: Any, test: Any, max_categories: int) -> str:
 def run(args: argparse.Namespace) -> int:
     from training.combiners.iabma_gate import IABMAGate
     from training.estimator import IABMAClassifier, IABMARegressor
-    from training.evaluate import evaluate, format_table, plain_comparison
+    from training.evaluate import comparison_verdict, evaluate, format_table, plain_comparison
     from training.export.bundle import export_bundle
 
     t_load = time.perf_counter()
@@ -249,7 +249,7 @@ def run(args: argparse.Namespace) -> int:
         f"{versus['rival_nll']:.4f}: difference {versus['difference']:+.4f}, bootstrap standard "
         f"error {versus['se_difference']:.4f} (paired, {versus['resamples']} resamples of the "
         f"test rows; of the NLL itself {versus['se_nll']:.4f}); "
-        + ("within one standard error" if versus["within_one_se"] else "WORSE by more than one")
+        + comparison_verdict(versus["difference"], versus["se_difference"])
     )
     target = train.y.name or "y"
     t_export = time.perf_counter()
