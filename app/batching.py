@@ -80,6 +80,11 @@ class Batcher:
             loop.call_soon(self._run, batch)
         return await done
 
+    def parked(self) -> int:
+        """Requests in the open batch that wait on its timer, i.e. for others in flight."""
+        batch = self._open
+        return len(batch.parts) if batch is not None and batch.timer is not None else 0
+
     def _run(self, batch: _Batch) -> None:
         if self._open is batch:
             self._open = None

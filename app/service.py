@@ -78,6 +78,7 @@ class Service:
         self.store: AuditStore | None = None
         self.writer: AuditWriter | None = None
         self.in_flight = 0  # requests inside infer(), which the batcher waits for
+        self.unrecorded = 0  # of those, the ones yet to queue a record: what a group waits for
         self.batcher = (
             Batcher(
                 settings.batch_wait_ms,
@@ -137,8 +138,18 @@ class Service:
             self.labels,
             self.settings.audit_batch_max,
             self.settings.audit_timeout_seconds,
+            self.settings.audit_group_wait_ms / 1000.0,
+            self.unrecorded_working,
         )
         self.writer.start()
+
+    def unrecorded_working(self) -> int:
+        """Requests yet to queue a record that are not parked in a batch waiting for the
+        others in flight: the ones a group commit may wait for. A parked request waits for
+        requests whose answers wait for the commit, so waiting for it would only stall both.
+        """
+        parked = self.batcher.parked() if self.batcher is not None else 0
+        return self.unrecorded - parked
 
     async def stop(self) -> None:
         self.runtime.draining = True
@@ -197,6 +208,8 @@ class Service:
         """
         # Requests in here, before or after the graph, are what a batch may wait for.
         self.in_flight += 1
+        self.unrecorded += 1
+        recorded = False
         try:
             with self.tracing.span("graph"):
                 if request.n <= INLINE_ROWS:
@@ -208,6 +221,8 @@ class Service:
                     pred = await self.predict_large(model, request)
             check_finite(model, pred, request.row_field)
             result = InferenceResult(model, pred)
+            self.unrecorded -= 1
+            recorded = True
             committed, taken = self.submit_record(result, request, ctx)
             if taken is not None and committed is not None:
                 # Let the writer build its row first; see app.audit.writer.
@@ -225,6 +240,8 @@ class Service:
             return content
         finally:
             self.in_flight -= 1
+            if not recorded:
+                self.unrecorded -= 1
 
     async def predict_large(self, model: LoadedModel, request: InferenceRequest) -> Prediction:
         """Run a large request's graph on the graph thread, or inline when it runs alone and

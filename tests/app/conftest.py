@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 from app_support import Bundles, Trained
+from audit_support import Trail
 
 
 @pytest.fixture(scope="session")
@@ -136,3 +137,11 @@ def store_copy(bundles: Bundles, tmp_path: Path) -> Path:
     for f in dest.rglob("*"):
         f.chmod(0o755 if f.is_dir() else 0o644)
     return dest
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def trail(request: pytest.FixtureRequest, tmp_path: Path) -> Trail:
+    if request.param == "sqlite":
+        file = tmp_path / "trail" / "audit.db"
+        return Trail(f"sqlite:///{file}", file)
+    return Trail(request.getfixturevalue("pg_url"), None)

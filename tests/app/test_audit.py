@@ -1,9 +1,8 @@
-"""The audit trail, against SQLite and against the real PostgreSQL on this machine."""
+"""The audit trail through the app, against SQLite and against the real PostgreSQL here."""
 
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import hashlib
 import hmac
 import json
@@ -19,69 +18,11 @@ import psycopg
 import pytest
 from app_harness import AsgiHarness, UvicornHarness, harness
 from app_support import Bundles, make_settings
+from audit_support import Trail
 from metrics_support import totals
 from support import PG_DSN, schema_of
 
-from app.audit.records import AuditRecord, now_us
-from app.audit.store import ROWS_PER_STATEMENT, AuditStore
-from app.audit.tables import SqliteInUse
-from app.audit.writer import AuditWriter
-from app.metrics import ServiceMetrics
-
 N = 60
-
-
-class Trail:
-    """Raw SQL access to a trail, independent of the app's own queries."""
-
-    def __init__(self, url: str, sqlite_file: Path | None) -> None:
-        self.url = url
-        self.sqlite_file = sqlite_file
-
-    def rows(self, sql: str) -> list[tuple[Any, ...]]:
-        if self.sqlite_file is not None:
-            with sqlite3.connect(self.sqlite_file) as conn:
-                return conn.execute(sql).fetchall()
-        with psycopg.connect(PG_DSN) as conn:
-            conn.execute(f'set search_path to "{schema_of(self.url)}"')
-            return conn.execute(sql).fetchall()
-
-    def execute(self, sql: str) -> None:
-        if self.sqlite_file is not None:
-            with sqlite3.connect(self.sqlite_file) as conn:
-                conn.execute(sql)
-            return
-        with psycopg.connect(PG_DSN, autocommit=True) as conn:
-            conn.execute(f'set search_path to "{schema_of(self.url)}"')
-            conn.execute(sql)
-
-    def refuse_inserts(self) -> None:
-        """A trigger that aborts every insert into the log, as a full or failing disk would."""
-        if self.sqlite_file is not None:
-            self.execute(
-                "create trigger refuse before insert on iabma_audit_log "
-                "begin select raise(abort, 'refused by the test'); end"
-            )
-            return
-        self.execute(
-            "create function refuse() returns trigger language plpgsql as "
-            "$$ begin raise exception 'refused by the test'; end $$"
-        )
-        self.execute(
-            "create trigger refuse before insert on iabma_audit_log "
-            "for each row execute function refuse()"
-        )
-
-    def count(self) -> int:
-        return int(self.rows("select count(*) from iabma_audit_log")[0][0])
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-def trail(request: pytest.FixtureRequest, tmp_path: Path) -> Trail:
-    if request.param == "sqlite":
-        file = tmp_path / "trail" / "audit.db"
-        return Trail(f"sqlite:///{file}", file)
-    return Trail(request.getfixturevalue("pg_url"), None)
 
 
 @pytest.fixture
@@ -215,126 +156,6 @@ def test_a_hung_trail_answers_503_within_its_timeout(
         assert app.get("/readyz").status_code == 200
 
 
-def test_a_large_record_is_taken_before_it_is_committed(trail: Trail) -> None:
-    async def main() -> list[str]:
-        store, writer = _open_writer(trail)
-        order: list[str] = []
-        committed, taken = writer.submit_large(_record("large"))
-        taken.add_done_callback(lambda _: order.append("taken"))
-        committed.add_done_callback(lambda _: order.append("committed"))
-        await committed
-        # A record whose row cannot be built fails its commit, and is still let go.
-        broken = dataclasses.replace(_record("broken"), instances=[{"x": {1, 2}}])  # a set
-        failed, released = writer.submit_large(broken)
-        with pytest.raises(Exception, match="audit store is unavailable"):
-            await failed
-        assert released.done() and released.exception() is None
-        await writer.close()
-        store.close()
-        return order
-
-    assert asyncio.run(main()) == ["taken", "committed"]
-    assert trail.count() == 1
-
-
-def _open_writer(trail: Trail) -> tuple[AuditStore, AuditWriter]:
-    """A store and its started writer (groups of at most 4); call inside the event loop."""
-    store = AuditStore(trail.url, 10.0)
-    store.prepare()
-    writer = AuditWriter(store, ServiceMetrics(), lambda: ("demo", "v1"), 4, 10.0)
-    writer.start()
-    return store, writer
-
-
-def _record(rid: str) -> AuditRecord:
-    return AuditRecord(
-        request_id=rid,
-        created_us=now_us(),
-        model="demo",
-        version="v1",
-        route="predict",
-        task="classification",
-        experts=("a", "b"),
-        classes=(0, 1),
-        weights=np.array([[0.25, 0.75]]),
-        prediction=np.array([[0.4, 0.6]]),
-        uncertainty=np.array([[0.67, 0.6, 0.07, 0.81]]),
-        latency_ms=1.0,
-        input_mode="hash",
-        instances=[{"x": 1}],
-        hash_key=b"k" * 32,
-    )
-
-
-def test_closing_the_writer_flushes_the_queue(trail: Trail) -> None:
-    async def main() -> list[Any]:
-        store, writer = _open_writer(trail)
-        waiting = [writer.submit(_record(f"q-{k}")) for k in range(25)]
-        await asyncio.sleep(0)  # every record is queued, none committed yet
-        assert 0 < writer.depth <= 25  # the writer thread may already be committing some
-        await writer.close()
-        results = await asyncio.gather(*waiting, return_exceptions=True)
-        store.close()
-        return results
-
-    assert asyncio.run(main()) == [None] * 25
-    assert trail.count() == 25
-
-
-def test_a_group_is_one_transaction_even_over_several_statements(trail: Trail) -> None:
-    """The writer's connection runs in autocommit; a group larger than one INSERT must
-    still be all or nothing. Half a group in the trail would be records of requests that
-    were answered 503."""
-    store = AuditStore(trail.url, 10.0)
-    store.prepare()
-    try:
-        n = ROWS_PER_STATEMENT + 5
-        store.insert([_record(f"ok-{k}") for k in range(n)])
-        assert trail.count() == n
-        # The last record fails its NOT NULL column, in the group's second statement.
-        bad = [_record(f"bad-{k}") for k in range(n)]
-        bad[-1] = dataclasses.replace(bad[-1], request_id=None)  # type: ignore[arg-type]
-        with pytest.raises(Exception, match="(?i)null"):
-            store.insert(bad)
-        assert trail.count() == n
-        # The writer reconnects after a failure, and the next group lands.
-        store.insert([_record("after")])
-        assert trail.count() == n + 1
-    finally:
-        store.close()
-
-
-def test_tables_are_created_once_by_racing_writers(pg_url: str) -> None:
-    """Replicas sharing PostgreSQL start together; each creates what is missing."""
-    trail = Trail(pg_url, None)
-    stores = [AuditStore(trail.url, 10.0) for _ in range(4)]
-
-    async def main() -> None:
-        await asyncio.gather(*[asyncio.to_thread(s.prepare) for s in stores])
-
-    asyncio.run(main())
-    for s in stores:
-        s.insert([_record("race")])
-        s.close()
-    assert trail.count() == 4
-
-
-def test_a_sqlite_trail_serves_one_process(tmp_path: Path) -> None:
-    """A second writer on the same SQLite file (another worker, or a second container on
-    the volume) is refused at start-up instead of fighting over the file lock."""
-    url = f"sqlite:///{tmp_path / 'audit.db'}"
-    first = AuditStore(url, 10.0)
-    first.prepare()
-    try:
-        with pytest.raises(SqliteInUse, match="already used by process .* serves one process"):
-            AuditStore(url, 10.0).prepare()
-    finally:
-        first.close()
-    second = AuditStore(url, 10.0)
-    second.prepare()  # free again once the first one has closed
-    second.close()
-
-
 def test_sqlite_default_creates_var_in_the_working_directory(
     bundles: Bundles, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -361,3 +182,25 @@ def test_a_disabled_trail_writes_nothing_and_says_so(
         assert back.json()["error"]["code"] == "audit_disabled"
         assert "IABMA_AUDIT_ENABLED=false" in back.json()["error"]["message"]
     assert not file.exists()
+
+
+def test_one_client_never_waits_for_a_group_commit(
+    trail: Trail, serve: Callable[..., Any], bundles: Bundles
+) -> None:
+    """The longest group wait costs one client nothing: a group waits only for requests
+    being served that have yet to queue a record, and a refused request stops counting."""
+    rows = bundles.demo.instances(slice(0, 20))
+    with serve("asgi", trail, audit_group_wait_ms=100) as app:
+        assert app.post("/predict", json={"instances": [rows[0]]}).status_code == 200
+        # Its output is NaN for this row: a 422 from inside the data plane, no record.
+        bad = app.post("/predict", json={"instances": [{"x1": None, "x2": 0.25}]})
+        assert bad.status_code == 422
+        t0 = time.monotonic()
+        for row in rows[1:11]:
+            assert app.post("/predict", json={"instances": [row]}).status_code == 200
+        # Ten commits that each waited would take a second.
+        assert time.monotonic() - t0 < 0.5
+        responses = app.run(_burst(app.base_url, rows, httpx.ASGITransport(app=app.app)))
+        assert [r.status_code for r in responses] == [200] * len(rows)
+        assert (app.service.in_flight, app.service.unrecorded) == (0, 0)
+    assert trail.count() == 11 + len(rows)

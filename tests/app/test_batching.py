@@ -79,11 +79,13 @@ WAIT_MS = 100.0  # the most IABMA_BATCH_WAIT_MS allows
 
 def _staggered(
     bundles: Bundles, tmp_path: Path, in_flight: int, n: int, gap_s: float
-) -> tuple[Batcher, list[tuple[int, bool]], float]:
+) -> tuple[Batcher, list[tuple[int, bool]], float, list[int]]:
     """Send ``n`` one-row predictions ``gap_s`` apart to a batcher with a long wait that
     believes ``in_flight`` requests are being served. Returns it, each graph run's request
-    count and whether it waited, and the seconds until every prediction was answered."""
+    count and whether it waited, the seconds until every prediction was answered, and the
+    requests parked in the batch after all were sent and once all were answered."""
     runs: list[tuple[int, bool]] = []
+    parked: list[int] = []
     with AsgiHarness(make_settings(bundles.store, tmp_path, "demo")) as app:
         model = app.service.runtime.current
         assert model is not None
@@ -99,18 +101,20 @@ def _staggered(
             for cols in parts:
                 tasks.append(asyncio.ensure_future(batcher.predict(model, cols, 1)))
                 await asyncio.sleep(gap_s)
+            parked.append(batcher.parked())
             await asyncio.gather(*tasks)
+            parked.append(batcher.parked())
             return loop.time() - t0
 
         elapsed = app.run(send())
-    return batcher, runs, elapsed
+    return batcher, runs, elapsed, parked
 
 
 def test_a_busy_batch_waits_for_the_requests_in_flight_and_runs_when_all_joined(
     bundles: Bundles, tmp_path: Path
 ) -> None:
     # 10 ms apart: without the wait these would be three graph runs.
-    batcher, runs, elapsed = _staggered(bundles, tmp_path, in_flight=3, n=3, gap_s=0.01)
+    batcher, runs, elapsed, _ = _staggered(bundles, tmp_path, in_flight=3, n=3, gap_s=0.01)
     assert runs == [(3, True)] and batcher.waited == 1
     # It ran when the third joined (about 20 ms in), not at the end of the wait.
     assert elapsed < WAIT_MS / 1000 * 0.9
@@ -119,9 +123,11 @@ def test_a_busy_batch_waits_for_the_requests_in_flight_and_runs_when_all_joined(
 def test_a_busy_batch_runs_after_the_wait_when_the_others_do_not_come(
     bundles: Bundles, tmp_path: Path
 ) -> None:
-    _, runs, elapsed = _staggered(bundles, tmp_path, in_flight=5, n=2, gap_s=0.0)
+    _, runs, elapsed, parked = _staggered(bundles, tmp_path, in_flight=5, n=2, gap_s=0.0)
     assert runs == [(2, True)]
     assert elapsed >= WAIT_MS / 1000 * 0.9
+    # While it waited, both were parked: an audit group does not wait for those.
+    assert parked == [2, 0]
 
 
 def test_a_lone_request_never_waits(bundles: Bundles, tmp_path: Path) -> None:

@@ -1,0 +1,95 @@
+"""Raw access to an audit trail, and records and writers for the writer's own tests."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import psycopg
+from support import PG_DSN, schema_of
+
+from app.audit.records import AuditRecord, now_us
+from app.audit.store import AuditStore
+from app.audit.writer import AuditWriter
+from app.metrics import ServiceMetrics
+
+
+class Trail:
+    """Raw SQL access to a trail, independent of the app's own queries."""
+
+    def __init__(self, url: str, sqlite_file: Path | None) -> None:
+        self.url = url
+        self.sqlite_file = sqlite_file
+
+    def rows(self, sql: str) -> list[tuple[Any, ...]]:
+        if self.sqlite_file is not None:
+            with sqlite3.connect(self.sqlite_file) as conn:
+                return conn.execute(sql).fetchall()
+        with psycopg.connect(PG_DSN) as conn:
+            conn.execute(f'set search_path to "{schema_of(self.url)}"')
+            return conn.execute(sql).fetchall()
+
+    def execute(self, sql: str) -> None:
+        if self.sqlite_file is not None:
+            with sqlite3.connect(self.sqlite_file) as conn:
+                conn.execute(sql)
+            return
+        with psycopg.connect(PG_DSN, autocommit=True) as conn:
+            conn.execute(f'set search_path to "{schema_of(self.url)}"')
+            conn.execute(sql)
+
+    def refuse_inserts(self) -> None:
+        """A trigger that aborts every insert into the log, as a full or failing disk would."""
+        if self.sqlite_file is not None:
+            self.execute(
+                "create trigger refuse before insert on iabma_audit_log "
+                "begin select raise(abort, 'refused by the test'); end"
+            )
+            return
+        self.execute(
+            "create function refuse() returns trigger language plpgsql as "
+            "$$ begin raise exception 'refused by the test'; end $$"
+        )
+        self.execute(
+            "create trigger refuse before insert on iabma_audit_log "
+            "for each row execute function refuse()"
+        )
+
+    def count(self) -> int:
+        return int(self.rows("select count(*) from iabma_audit_log")[0][0])
+
+
+def open_writer(
+    trail: Trail, group_wait: float = 0.0, pending: Callable[[], int] = lambda: 0
+) -> tuple[AuditStore, AuditWriter]:
+    """A store and its started writer (groups of at most 4); call inside the event loop."""
+    store = AuditStore(trail.url, 10.0)
+    store.prepare()
+    writer = AuditWriter(
+        store, ServiceMetrics(), lambda: ("demo", "v1"), 4, 10.0, group_wait, pending
+    )
+    writer.start()
+    return store, writer
+
+
+def make_record(rid: str) -> AuditRecord:
+    return AuditRecord(
+        request_id=rid,
+        created_us=now_us(),
+        model="demo",
+        version="v1",
+        route="predict",
+        task="classification",
+        experts=("a", "b"),
+        classes=(0, 1),
+        weights=np.array([[0.25, 0.75]]),
+        prediction=np.array([[0.4, 0.6]]),
+        uncertainty=np.array([[0.67, 0.6, 0.07, 0.81]]),
+        latency_ms=1.0,
+        input_mode="hash",
+        instances=[{"x": 1}],
+        hash_key=b"k" * 32,
+    )
