@@ -38,6 +38,19 @@ def _procs_s(pids: Sequence[int]) -> float:
     return total / TICK
 
 
+def named_s(comm: str) -> float:
+    """CPU seconds used so far by every live process named ``comm`` (e.g. ``postgres``)."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if (entry / "comm").read_text().strip() == comm:
+                    pids.append(int(entry.name))
+            except OSError:
+                continue
+    return _procs_s(pids)
+
+
 def _children_s() -> float:
     ru = resource.getrusage(resource.RUSAGE_CHILDREN)
     return ru.ru_utime + ru.ru_stime

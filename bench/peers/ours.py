@@ -23,6 +23,7 @@ class OursSettings:
     audit: str  # "sqlite", "postgres" or "off"
     audit_url: str  # a SQLite file URL or a PostgreSQL URL; unused when audit is "off"
     grpc_port: int | None = None  # IABMA_GRPC_PORT, on 127.0.0.1
+    group_wait_ms: float | None = None  # IABMA_AUDIT_GROUP_WAIT_MS; None keeps the default
 
 
 def ours_command(s: OursSettings, port: int) -> tuple[list[str], dict[str, str]]:
@@ -55,6 +56,8 @@ def ours_command(s: OursSettings, port: int) -> tuple[list[str], dict[str, str]]
         IABMA_AUDIT_HASH_KEY=BENCH_HASH_KEY,
         IABMA_AUDIT_ENABLED="false" if s.audit == "off" else "true",
     )
+    if s.group_wait_ms is not None:
+        env.update(IABMA_AUDIT_GROUP_WAIT_MS=f"{s.group_wait_ms:g}")
     if s.grpc_port is not None:
         env.update(IABMA_GRPC_PORT=str(s.grpc_port), IABMA_GRPC_HOST="127.0.0.1")
     return argv, env

@@ -1,0 +1,50 @@
+"""``bench/audit_group.py --quick`` end to end: real servers, real wrk, real PostgreSQL."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+SCRIPT = REPO / "bench" / "audit_group.py"
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_quick_run_measures_every_trail_with_and_without_the_wait(tmp_path: Path) -> None:
+    if shutil.which("wrk") is None:
+        pytest.fail("wrk is missing; `make sysdeps` (run by `make test`) installs it")
+    store, out = tmp_path / "store", tmp_path / "out"
+    iabma = Path(sys.executable).parent / "iabma"
+    subprocess.run(
+        [str(iabma), "train", "--dataset", "simulation", "--store", str(store), "--name", "demo",
+         "--quiet"],
+        cwd=REPO, check=True, timeout=300, capture_output=True,
+    )  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPT), "--quick", "--waits", "3", "--store", str(store),
+         "--out", str(out)],
+        cwd=REPO, capture_output=True, text=True, timeout=400,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    (json_file,) = out.glob("audit_group-*.json")
+    assert json_file.with_suffix(".md").read_text().startswith("# audit_group")
+    report = json.loads(json_file.read_text())
+    assert report["waits_ms"] == [0.0, 3.0]
+    seen = {(r["trail"], r["workers"], r["wait_ms"]) for r in report["runs"]}
+    assert seen == {(t, w, x) for t, w in (("postgres", 1), ("postgres", 2), ("sqlite", 1))
+                    for x in (0.0, 3.0)}  # fmt: skip
+    for r in report["runs"]:
+        assert r["ok"] > 0 and r["failures"] == 0, r
+        # Every answer had its record: at least one per commit.
+        assert r["records_per_commit"] >= 1, r
+        if r["trail"] == "postgres":  # (its background processes run during SQLite runs too)
+            assert r["postgres_cpu_us_per_request"] > 0, r
+    ratio = {(x["trail"], x["workers"], x["wait_ms"]): x for x in report["ratios"]}
+    assert ratio["postgres", 2, 3.0]["two_workers_over_one"] > 0
+    assert ratio["sqlite", 1, 0.0]["over_no_wait"] == 1.0
