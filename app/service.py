@@ -208,21 +208,9 @@ class Service:
         """
         # Requests in here, before or after the graph, are what a batch may wait for.
         self.in_flight += 1
-        self.unrecorded += 1
-        recorded = False
         try:
-            with self.tracing.span("graph"):
-                if request.n <= INLINE_ROWS:
-                    if self.batcher is not None:
-                        pred = await self.batcher.predict(model, request.columns, request.n)
-                    else:
-                        pred = model.predictor.predict(request.columns)
-                else:
-                    pred = await self.predict_large(model, request)
-            check_finite(model, pred, request.row_field)
+            pred = await self.predict(model, request)
             result = InferenceResult(model, pred)
-            self.unrecorded -= 1
-            recorded = True
             committed, taken = self.submit_record(result, request, ctx)
             if taken is not None and committed is not None:
                 # Let the writer build its row first; see app.audit.writer.
@@ -240,8 +228,24 @@ class Service:
             return content
         finally:
             self.in_flight -= 1
-            if not recorded:
-                self.unrecorded -= 1
+
+    async def predict(self, model: LoadedModel, request: InferenceRequest) -> Prediction:
+        """The request's answer from the graph, checked; meanwhile the request counts among
+        those whose audit record is on its way (what a group commit waits for)."""
+        self.unrecorded += 1
+        try:
+            with self.tracing.span("graph"):
+                if request.n <= INLINE_ROWS:
+                    if self.batcher is not None:
+                        pred = await self.batcher.predict(model, request.columns, request.n)
+                    else:
+                        pred = model.predictor.predict(request.columns)
+                else:
+                    pred = await self.predict_large(model, request)
+            check_finite(model, pred, request.row_field)
+            return pred
+        finally:
+            self.unrecorded -= 1
 
     async def predict_large(self, model: LoadedModel, request: InferenceRequest) -> Prediction:
         """Run a large request's graph on the graph thread, or inline when it runs alone and
