@@ -16,7 +16,6 @@ Results go to ``<out>/audit_group-<UTC>.json`` and ``.md``, and the table to the
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import tempfile
@@ -38,6 +37,7 @@ from bench.peers import procs  # noqa: E402
 from bench.peers.ours import READY_PATH, OursSettings, ours_command  # noqa: E402
 from bench.peers.postgres import fresh_schema  # noqa: E402
 from bench.speed.bundles import prepare_bundle  # noqa: E402
+from bench.speed.report import write_results  # noqa: E402
 
 # (trail, workers): SQLite serves one process, so it runs with one worker only.
 TRAILS = (("postgres", 1), ("postgres", 2), ("sqlite", 1))
@@ -217,12 +217,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "medians": table,
         "ratios": ratios(table),
     }
-    args.out.mkdir(parents=True, exist_ok=True)
-    base = args.out / f"audit_group-{started}"
-    text = markdown(report)
-    base.with_suffix(".json").write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
-    base.with_suffix(".md").write_text(text, encoding="utf-8")
-    print("\n" + text + f"\nwrote {base}.json and .md", flush=True)
+    write_results(args.out, f"audit_group-{started}", report, markdown(report))
     failed = [r for r in runs if r["failures"] or not r["ok"]]
     return 1 if failed else 0
 

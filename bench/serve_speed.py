@@ -46,7 +46,7 @@ from bench.peers.postgres import PostgresUnavailable  # noqa: E402
 from bench.speed.bundles import BundleCtx, prepare_bundle  # noqa: E402
 from bench.speed.floor import in_process_floor  # noqa: E402
 from bench.speed.plan import Group, Run, build_plan, estimate_seconds  # noqa: E402
-from bench.speed.report import compute_ratios, markdown  # noqa: E402
+from bench.speed.report import compute_ratios, markdown, write_results  # noqa: E402
 from bench.speed.servers import Launched, grpc_calls_ok, launch, preflight, rss  # noqa: E402
 
 QUIET_PCT = 10.0  # share of the machine other processes may use when a run starts
@@ -282,12 +282,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         **result,
         "ratios": compute_ratios(result["runs"], floors),
     }
-    args.out.mkdir(parents=True, exist_ok=True)
-    base = args.out / f"serve_speed-{started}"
-    text = markdown(report)
-    base.with_suffix(".json").write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
-    base.with_suffix(".md").write_text(text, encoding="utf-8")
-    print("\n" + text + f"\nwrote {base}.json and .md", flush=True)
+    write_results(args.out, f"serve_speed-{started}", report, markdown(report))
     if report["failed_runs"]:
         print(f"\n{len(report['failed_runs'])} run(s) had failures: see above", flush=True)
         # --quick is the harness's own check: every planned run must have worked.

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 NOISY_PCT = 15.0  # other processes took this share of the machine: the figure is suspect
@@ -205,3 +207,13 @@ def markdown(result: dict[str, Any]) -> str:
         lines += ["", "Runs with failures (non-2xx, socket errors, or no successful request):"]
         lines += [f"- {label}" for label in result["failed_runs"]]
     return "\n".join(lines) + "\n"
+
+
+def write_results(out: Path, stem: str, report: dict[str, Any], text: str) -> Path:
+    """``<out>/<stem>.json`` (the report) and ``.md`` (its tables), echoed to the terminal."""
+    out.mkdir(parents=True, exist_ok=True)
+    base = out / stem
+    base.with_suffix(".json").write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    base.with_suffix(".md").write_text(text, encoding="utf-8")
+    print("\n" + text + f"\nwrote {base}.json and .md", flush=True)
+    return base

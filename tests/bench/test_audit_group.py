@@ -4,34 +4,22 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-
-REPO = Path(__file__).resolve().parents[2]
-SCRIPT = REPO / "bench" / "audit_group.py"
+from bench_support import run_bench
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
-def test_quick_run_measures_every_trail_with_and_without_the_wait(tmp_path: Path) -> None:
+def test_quick_run_measures_every_trail_with_and_without_the_wait(
+    demo_store: Path, tmp_path: Path
+) -> None:
     if shutil.which("wrk") is None:
         pytest.fail("wrk is missing; `make sysdeps` (run by `make test`) installs it")
-    store, out = tmp_path / "store", tmp_path / "out"
-    iabma = Path(sys.executable).parent / "iabma"
-    subprocess.run(
-        [str(iabma), "train", "--dataset", "simulation", "--store", str(store), "--name", "demo",
-         "--quiet"],
-        cwd=REPO, check=True, timeout=300, capture_output=True,
-    )  # fmt: skip
-    proc = subprocess.run(
-        [sys.executable, str(SCRIPT), "--quick", "--waits", "3", "--store", str(store),
-         "--out", str(out)],
-        cwd=REPO, capture_output=True, text=True, timeout=400,
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    out = tmp_path / "out"
+    args = ["--quick", "--waits", "3", "--store", str(demo_store), "--out", str(out)]
+    run_bench("audit_group.py", *args, timeout=400)
     (json_file,) = out.glob("audit_group-*.json")
     assert json_file.with_suffix(".md").read_text().startswith("# audit_group")
     report = json.loads(json_file.read_text())

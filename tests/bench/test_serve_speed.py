@@ -10,14 +10,11 @@ from __future__ import annotations
 import json
 import shutil
 import socket
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from bench_support import run_bench
 
-REPO = Path(__file__).resolve().parents[2]
-SCRIPT = REPO / "bench" / "serve_speed.py"
 KEYS = {
     "benchmark",
     "started_utc",
@@ -44,22 +41,13 @@ def _port_open(port: int) -> bool:
 
 @pytest.mark.slow
 @pytest.mark.timeout(900)
-@pytest.mark.slow
-def test_quick_run_measures_every_path(tmp_path: Path) -> None:
+def test_quick_run_measures_every_path(demo_store: Path, tmp_path: Path) -> None:
     if shutil.which("wrk") is None or shutil.which("h2load") is None:
         pytest.fail("wrk or h2load is missing; `make sysdeps` (run by `make test`) installs them")
-    store, out = tmp_path / "store", tmp_path / "out"
-    iabma = Path(sys.executable).parent / "iabma"
-    subprocess.run(
-        [str(iabma), "train", "--dataset", "simulation", "--store", str(store), "--name", "demo",
-         "--quiet"],
-        cwd=REPO, check=True, timeout=300, capture_output=True,
-    )  # fmt: skip
-    proc = subprocess.run(
-        [sys.executable, str(SCRIPT), "--quick", "--store", str(store), "--out", str(out)],
-        cwd=REPO, capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-4000:]
+    out = tmp_path / "out"
+    run_bench(
+        "serve_speed.py", "--quick", "--store", str(demo_store), "--out", str(out), timeout=600
+    )
 
     (json_file,) = out.glob("serve_speed-*.json")
     assert json_file.with_suffix(".md").is_file()
