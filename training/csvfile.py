@@ -118,7 +118,8 @@ def type_column(values: pd.Series, rule: Normaliser) -> pd.Series | None:
 def typed_frame(
     path: Path | str, df: pd.DataFrame, rule: Normaliser, keep: Sequence[str] = ()
 ) -> pd.DataFrame:
-    """Type every column; drop the entirely empty ones (except ``keep``) with a warning."""
+    """Type every column; drop the entirely empty ones (except ``keep``) with a warning, and
+    warn of constant ones."""
     out = {}
     for name in df.columns:
         col = type_column(df[name], rule)
@@ -131,6 +132,14 @@ def typed_frame(
                 stacklevel=2,
             )
             continue
+        if name not in keep and col.nunique(dropna=False) == 1:
+            warnings.warn(
+                f"{path}: column {name!r} holds the same value ({col.iloc[0]!r}) in every "
+                "row, so it tells the models nothing; drop it (--drop) unless it varies in "
+                "the data you will serve",
+                DataWarning,
+                stacklevel=2,
+            )
         out[name] = col
     return pd.DataFrame(out, index=df.index)
 

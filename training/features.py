@@ -312,8 +312,11 @@ _PLAIN_NUMBER = re.compile(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?", re.
 
 
 def _decorated_number(text: str) -> bool:
-    """Whether ``text`` is a number once units, currency signs and separators are gone."""
+    """Whether ``text`` is a number once units, currency signs and separators are gone, or
+    an accounting export's negative in parentheses ("(1 250.00)")."""
     bare = _DECORATION.sub("", text)
+    if len(bare) > 2 and bare[0] == "(" and bare[-1] == ")":
+        bare = bare[1:-1]
     if bare.count(",") == 1 and "." not in bare:
         bare = bare.replace(",", ".")  # a decimal comma
     else:
@@ -332,8 +335,8 @@ def warn_mostly_numeric(name: str, n_numbers: int, odd: Counter) -> None:
         warnings.warn(
             f"column {name!r} holds numbers written as text in {n_decorated} cells (e.g. "
             f"{shown}); it is treated as categorical. To use it as a number, write plain "
-            "numbers in the file (no units, currency signs or thousands separators; one "
-            "decimal mark)",
+            "numbers in the file (no units, currency signs, thousands separators or "
+            "parentheses for negatives; one decimal mark)",
             DataWarning,
             stacklevel=4,
         )

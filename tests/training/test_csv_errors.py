@@ -163,6 +163,14 @@ def test_numbers_written_with_units_or_separators_get_a_hint(
     assert code == 0, err
     assert "column 'share' holds numbers written as text in 80 cells (e.g. '0.0%'" in err
     assert "column 'income' holds numbers written as text in 12 cells" in err
+    # An accounting export writes negatives in parentheses.
+    score = [str(600 + v) for v in range(80)]
+    for i in range(0, 80, 9):
+        score[i] = f"({600 + i})"
+    code, _out, err = train(capsys, write(tmp_path, table(score=score)))
+    assert code == 0, err
+    assert "column 'score' holds numbers written as text in 9 cells (e.g. '(600)'" in err
+    assert "parentheses for negatives" in err
     # Real categories get no such hint.
     code, _out, err = train(capsys, write(tmp_path, table(share=["a", "b"] * 40)))
     assert code == 0 and "numbers written as text" not in err
@@ -183,3 +191,12 @@ def test_an_internal_error_is_one_line_and_debug_shows_the_trace(
     with pytest.raises(RuntimeError, match="simulated bug"):
         main(["--debug", "train", "--csv", write(tmp_path, table()), "--target", "y",
               "--task", "classification", "--name", "t", "--dry-run"])  # fmt: skip
+
+
+def test_a_constant_column_gets_a_hint(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, _out, err = train(capsys, write(tmp_path, table(region=["north"] * 80)))
+    assert code == 0, err
+    assert "column 'region' holds the same value ('north') in every row" in err
+    assert "--drop" in err
+    code, _out, err = train(capsys, write(tmp_path, table(region=["north", "south"] * 40)))
+    assert code == 0 and "same value" not in err
