@@ -335,8 +335,9 @@ def warn_mostly_numeric(name: str, n_numbers: int, odd: Counter) -> None:
         warnings.warn(
             f"column {name!r} holds numbers written as text in {n_decorated} cells (e.g. "
             f"{shown}); it is treated as categorical. To use it as a number, write plain "
-            "numbers in the file (no units, currency signs, thousands separators or "
-            "parentheses for negatives; one decimal mark)",
+            "numbers in the file (no units, currency signs, points or commas between "
+            "thousands, or parentheses for negatives; one decimal mark; spaces between "
+            "thousands are read)",
             DataWarning,
             stacklevel=4,
         )

@@ -12,7 +12,10 @@ same thing to the served bundle:
   ``na_casefold`` matches the list ignoring case;
 - a numeric feature reads numbers written as text (``"3.5"``, ``" 1e3 "``) when
   ``numbers_as_text`` is on, with Python's ``float`` on ASCII digits only (``decimal``
-  ``","`` reads ``"3,5"`` for files written with decimal commas);
+  ``","`` reads ``"3,5"`` for files written with decimal commas); digits grouped in
+  threes by a space, a no-break space or an apostrophe (``"1 234,5"``, ``"1'234.5"``)
+  read as the number they spell, as those marks are never a decimal mark; a point or a
+  comma between groups (``"1.234,5"``, ``"1,234"``) is refused rather than guessed at;
 - a categorical feature takes its known categories as text; a number matches the category
   with the same text (``3`` for ``"3"``), or else the one category with the same value
   (``1.5`` for ``"1.50"``); columns capped at training time send every other value to the
@@ -35,6 +38,9 @@ PANDAS_NA_VALUES: tuple[str, ...] = (
 )  # fmt: skip
 OTHER_CATEGORY = "__other__"
 _NUMBER = re.compile(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?", re.ASCII)
+_GROUPED = re.compile(
+    r"[+-]?\d{1,3}(?P<sep>[ \u00a0\u202f'])\d{3}(?:(?P=sep)\d{3})*(?P<frac>[.,]\d+)?", re.ASCII
+)
 
 Problem = tuple[str, str]  # (error code, message), before the field is known
 Decimal = Literal[".", ","]
@@ -82,8 +88,14 @@ class Normaliser:
         """The number ``text`` spells (already normalised), or None if it spells none."""
         if not self.numbers_as_text:
             return None
+        grouped = _GROUPED.fullmatch(text)
+        if grouped is not None:
+            frac = grouped["frac"]
+            if frac is not None and frac[0] != self.decimal:
+                return None  # "1 234.5" in a file written with decimal commas
+            text = text.replace(grouped["sep"], "")
         if self.decimal == ",":
-            if "." in text:  # thousands separators are not read: "1.234,5" stays text
+            if "." in text:  # "1.5" in a file with decimal commas is not guessed at
                 return None
             text = text.replace(",", ".", 1)
         return float(text) if _NUMBER.fullmatch(text) else None

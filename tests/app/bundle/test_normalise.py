@@ -52,6 +52,25 @@ def test_options_change_the_rule_and_are_checked() -> None:
 
 
 @pytest.mark.parametrize(
+    ("text", "point", "comma"),
+    [
+        ("1 234", 1234.0, 1234.0), ("-2\u202f345\u202f678", -2345678.0, -2345678.0),
+        ("1\u00a0234,5", None, 1234.5), ("1 234.5", 1234.5, None), ("1'234.50", 1234.5, None),
+        ("1.234", 1.234, None), ("1.234,5", None, None), ("1,234", None, 1.234),
+        ("12 34", None, None), ("1 2345", None, None), ("1 234 5678", None, None),
+        ("1 234'567", None, None),
+    ],
+)  # fmt: skip
+def test_digits_grouped_by_spaces_or_apostrophes_are_read(
+    text: str, point: float | None, comma: float | None
+) -> None:
+    """Spaces and apostrophes are never a decimal mark, so grouped digits are unambiguous;
+    a point or comma between groups could be either, and is refused."""
+    assert DEFAULT.number_text(text) == point
+    assert rule_for(decimal=",").number_text(text) == comma
+
+
+@pytest.mark.parametrize(
     ("value", "category", "problem"),
     [
         ("red", "red", None), (" red ", "red", None), ("NA", None, None), (None, None, None),
