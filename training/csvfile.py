@@ -8,6 +8,7 @@ before anything is fitted.
 
 from __future__ import annotations
 
+import codecs
 import csv
 import io
 import math
@@ -21,23 +22,50 @@ import numpy as np
 import pandas as pd
 
 from app.bundle.normalise import Normaliser
-from training.errors import CsvError, DataWarning
+from training.errors import CsvError, DataWarning, ParameterError
 from training.features import warn_mostly_numeric
 
 DELIMITERS = ",;\t|"
 _SNIFF_BYTES = 64 * 1024
 
 
-def _decode(path: Path, raw: bytes) -> str:
+def check_encoding(encoding: str | None) -> str | None:
+    """``--encoding`` as Python names it, or None to read UTF-8 (a BOM decides otherwise)."""
+    if encoding is None:
+        return None
     try:
-        return raw.decode("utf-8-sig")
+        return codecs.lookup(encoding).name
+    except LookupError:
+        raise ParameterError(
+            "--encoding", encoding, "is not a text encoding Python knows (e.g. utf-8, cp1252)"
+        ) from None
+
+
+def _decode(path: Path, raw: bytes, encoding: str | None = None) -> str:
+    # Excel's "Unicode text" export is UTF-16 with a byte-order mark, which says so itself.
+    if encoding is None and raw.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
+        encoding = "utf-16"
+    try:
+        return raw.decode(encoding or "utf-8-sig")
     except UnicodeDecodeError as exc:
         line = raw[: exc.start].count(b"\n") + 1
-        raise CsvError(
-            path,
-            f"is not UTF-8 text: byte 0x{raw[exc.start]:02x} at offset {exc.start} (line "
-            f"{line}); re-save it as UTF-8 (e.g. `iconv -f latin1 -t utf-8`)",
-        ) from None
+        where = f"byte 0x{raw[exc.start]:02x} at offset {exc.start} (line {line})"
+        if encoding is not None:
+            raise CsvError(path, f"is not {encoding} text: {where}; check --encoding") from None
+        raise CsvError(path, f"is not UTF-8 text: {where}; {_encoding_hint(raw)}") from None
+
+
+def _encoding_hint(raw: bytes) -> str:
+    """What to try instead of UTF-8. Windows programs (Excel's CSV export among them) write
+    cp1252, which also reads latin-1 text, and unlike latin-1 keeps "€" a euro sign."""
+    try:
+        raw.decode("cp1252")
+    except UnicodeDecodeError:
+        return "pass the file's encoding with --encoding, or re-save it as UTF-8"
+    return (
+        "if a Windows program such as Excel wrote it, pass --encoding cp1252; or re-save "
+        "it as UTF-8"
+    )
 
 
 def sniff_delimiter(text: str) -> str:
@@ -56,15 +84,20 @@ def sniff_delimiter(text: str) -> str:
     return best if counts[best] > 0 else ","
 
 
-def read_text_frame(path: Path | str) -> tuple[pd.DataFrame, str]:
-    """Every cell of the file as a string (``""`` for an empty cell), and the delimiter."""
+def read_text_frame(path: Path | str, encoding: str | None = None) -> tuple[pd.DataFrame, str]:
+    """Every cell of the file as a string (``""`` for an empty cell), and the delimiter.
+
+    The frame's index is each row's 0-based data row in the file: rows that repeat the
+    header (files pasted together) are dropped with a warning, and the others keep their
+    numbers.
+    """
     path = Path(path)
     if not path.is_file():
         raise CsvError(path, "does not exist")
     raw = path.read_bytes()
     if not raw.strip():
         raise CsvError(path, "is empty")
-    text = _decode(path, raw)
+    text = _decode(path, raw, check_encoding(encoding))
     delimiter = sniff_delimiter(text)
     try:
         header = next(csv.reader(io.StringIO(text), delimiter=delimiter))
@@ -89,9 +122,29 @@ def read_text_frame(path: Path | str) -> tuple[pd.DataFrame, str]:
         )
     except (pd.errors.ParserError, ValueError) as exc:
         raise CsvError(path, f"is not a readable CSV: {exc}") from None
+    df = _drop_header_repeats(path, df, header)
     if len(df) == 0:
         raise CsvError(path, "has a header but no data rows")
     return df, delimiter
+
+
+def _drop_header_repeats(path: Path, df: pd.DataFrame, header: list[str]) -> pd.DataFrame:
+    if len(df) == 0 or not any(h.strip() for h in header):
+        return df
+    same = np.ones(len(df), dtype=bool)
+    for name, cell in zip(df.columns, header, strict=True):
+        same &= (df[name].str.strip() == cell.strip()).to_numpy()
+    if not same.any():
+        return df
+    rows = (df.index[same] + 1).tolist()
+    shown = ", ".join(str(r) for r in rows[:5]) + (", ..." if len(rows) > 5 else "")
+    warnings.warn(
+        f"{path}: dropped {len(rows)} row{'s' if len(rows) > 1 else ''} repeating the header "
+        f"(data row {shown}), as files pasted together carry",
+        DataWarning,
+        stacklevel=3,
+    )
+    return df[~same]
 
 
 def type_column(values: pd.Series, rule: Normaliser) -> pd.Series | None:

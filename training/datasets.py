@@ -85,6 +85,7 @@ def load_csv(
     name: str | None = None,
     na_values: Sequence[str] | None = None,
     keep_default_na: bool = True,
+    encoding: str | None = None,
 ) -> Dataset:
     """Read a CSV with the input rule and check that ``target`` suits ``task``.
 
@@ -97,7 +98,7 @@ def load_csv(
     path = Path(path)
     if task not in ("classification", "regression"):
         raise ParameterError("task", task, "must be 'classification' or 'regression'")
-    text, delimiter = read_text_frame(path)
+    text, delimiter = read_text_frame(path, encoding)
     if target not in text.columns:
         raise CsvError(
             path, f"--target {target!r} is not a column; the columns are {list(text.columns)}"
@@ -106,7 +107,7 @@ def load_csv(
     if unknown:
         raise CsvError(path, f"--drop names columns the file does not have: {unknown}")
     rule = rule_for(na_values, keep_default_na, decimal=guess_decimal(text, delimiter))
-    source_rows = np.arange(1, len(text) + 1)
+    source_rows = text.index.to_numpy() + 1
     y = _target(path, text[target], target, task, rule)
     missing = int(y.isna().sum())
     if missing:
@@ -141,6 +142,11 @@ def load_csv(
     )
 
 
+# A number written with a decimal comma, maybe grouped ("1 234,5", "1.234,5") or a percentage:
+# the groups and the "%" are not read as numbers, but they still tell the decimal mark.
+_COMMA_DECIMAL = r"[+-]?(?:\d{1,3}(?:[ \u00a0\u202f.]\d{3})+|\d+),\d+%?"
+
+
 def guess_decimal(text: pd.DataFrame, delimiter: str) -> Decimal:
     """Semicolon files are often written with decimal commas ("3,5"); read them so."""
     if delimiter != ";":
@@ -149,7 +155,7 @@ def guess_decimal(text: pd.DataFrame, delimiter: str) -> Decimal:
     for name in sample.columns:
         cells = sample[name].str.strip()
         cells = cells[cells != ""]
-        if len(cells) and cells.str.fullmatch(r"[+-]?\d+,\d+").mean() > 0.5:
+        if len(cells) and cells.str.fullmatch(_COMMA_DECIMAL).mean() > 0.5:
             return ","
     return "."
 

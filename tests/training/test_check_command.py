@@ -73,6 +73,29 @@ def test_refused_rows_are_listed_and_fail_the_check(
     assert "      8  house size (m²)" in out and "wrong_type" in out
     # Not the training file any more: metrics are shown, not compared.
     assert "every row with a target" in out
+    # A second copy of the header after data row 5 is dropped; rows keep their file numbers.
+    lines = new.read_text().splitlines(keepends=True)
+    new.write_text("".join(lines[:6] + lines[:1] + lines[6:]))
+    code, out = check(capsys, store, new)
+    assert code == 1 and "dropped 1 row repeating the header (data row 6)" in out
+    assert "accepted 398 rows, refused 2" in out
+    assert "      3  contract-type" in out and "      9  house size (m²)" in out
+
+
+@pytest.mark.slow
+def test_the_training_file_with_its_header_repeated_still_matches(
+    trained: tuple[Path, Path], capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """The test split is found by file row, past the dropped header copy."""
+    path, store = trained
+    lines = path.read_text().splitlines(keepends=True)
+    joined = tmp_path / "joined.csv"
+    joined.write_text("".join(lines[:201] + lines[:1] + lines[201:]))
+    code, out = check(capsys, store, joined)
+    assert code == 0, out
+    assert "accepted 400 rows, refused 0" in out
+    assert "metrics on 80 rows (the training run's test rows)" in out
+    assert "every metric is within 0.0001 of the recorded one" in out
 
 
 def test_a_metric_that_does_not_match_fails_the_check(

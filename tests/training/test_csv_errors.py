@@ -79,7 +79,17 @@ REFUSED = {
     "not UTF-8": (
         b"a,b,y\n" + "1,caf\u00e9,yes\n".encode("latin-1") * 60,
         [],
-        ["data.csv: is not UTF-8 text: byte 0xe9 at offset 11 (line 2)"],
+        ["data.csv: is not UTF-8 text: byte 0xe9 at offset 11 (line 2)", "--encoding cp1252"],
+    ),
+    "not the encoding given": (
+        b"a,b,y\n" + "1,caf\u00e9,yes\n".encode("utf-8") * 60,
+        ["--encoding", "ascii"],
+        ["data.csv: is not ascii text: byte 0xc3 at offset 11 (line 2); check --encoding"],
+    ),
+    "an encoding Python does not know": (
+        table(),
+        ["--encoding", "klingon"],
+        ["--encoding='klingon' is not a text encoding Python knows"],
     ),
     "regression target given as text": (
         table(y=["12k"] + ["1.5"] * 79),
@@ -137,6 +147,53 @@ def test_a_semicolon_file_with_decimal_commas_is_read(
     assert code == 0, err
     assert "decimal mark ','" in out
     assert "a                            f_a                          numeric" in out
+
+
+def test_excel_exports_are_read_with_their_encoding(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Excel on Windows writes cp1252 ("ANSI"), whose euro sign latin-1 lacks; its "Unicode
+    text" export is UTF-16 with a byte-order mark."""
+    towns = ["Orl\u00e9ans", "S\u00e8te"]
+    text = "prix (\u20ac);ville;y\n" + "".join(
+        f"{i},5;{towns[i % 2]};{'oui' if i % 3 else 'non'}\n" for i in range(60)
+    )
+    path = write(tmp_path, text.encode("cp1252"))
+    code, _, err = train(capsys, path)
+    assert_refused(code, err, "--encoding cp1252")
+    code, out, err = train(capsys, path, "--encoding", "cp1252")
+    assert code == 0, err
+    assert "prix (\u20ac)" in out and "decimal mark ','" in out
+    code, out, err = train(capsys, write(tmp_path, text.encode("utf-16"), "unicode.txt"))
+    assert code == 0, err
+    assert "prix (\u20ac)" in out
+
+
+def test_rows_repeating_the_header_are_dropped_with_a_warning(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    part = table(40)
+    header, body = part.split("\n", 1)
+    code, out, err = train(capsys, write(tmp_path, part + header + "\n" + body))
+    assert code == 0, err
+    assert "dropped 1 row repeating the header (data row 41)" in err
+    assert "64 training rows, 16 test rows" in out  # 80 rows, not 81
+
+
+def test_numbers_grouped_by_spaces_are_read(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A French export: no-break spaces between thousands, decimal commas; most amounts
+    grouped, so the decimal mark is told from grouped cells too."""
+    amounts = [f"{1 + v}\u00a0{v * 7 % 1000:03d},{v % 100:02d}" for v in range(60)]
+    amounts[::5] = [f"{v * 3},50" for v in range(12)]
+    rows = "".join(
+        f"{a};{'x' if i % 2 else 'y'};{'yes' if i % 3 else 'no'}\n" for i, a in enumerate(amounts)
+    )
+    code, out, err = train(capsys, write(tmp_path, "montant;b;y\n" + rows))
+    assert code == 0, err
+    assert "decimal mark ','" in out and "numbers written as text" not in err
+    assert "montant                      f_montant                    numeric" in out
 
 
 def test_a_numeric_column_spoilt_by_placeholders_gets_a_hint(

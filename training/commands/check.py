@@ -12,11 +12,15 @@ mismatch, 2 for bad arguments.
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+from training.commands.train import add_encoding_argument
 
 if TYPE_CHECKING:
     from app.errors import InvalidInput
@@ -34,6 +38,7 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--version", default=None, help="a version (default: LATEST)")
     p.add_argument("--csv", type=Path, required=True, help="the CSV to replay")
     p.add_argument("--target", default=None, help="target column (default: the bundle's)")
+    add_encoding_argument(p)
     p.add_argument(
         "--tolerance",
         type=float,
@@ -71,7 +76,7 @@ def run(args: argparse.Namespace) -> int:
     except BundleError as exc:
         raise ParameterError("--name", args.name, f"cannot be opened: {exc}") from None
     manifest = model.manifest
-    text, _ = read_text_frame(args.csv)
+    text, _ = read_text_frame(args.csv, args.encoding)
     target = args.target or manifest.target.name
     features = list(model.features.names)
     absent = [f for f in features if f not in text.columns]
@@ -80,6 +85,9 @@ def run(args: argparse.Namespace) -> int:
     rows = json_rows(text[features])
     print(f"replaying {len(rows)} rows of {args.csv} through {model.name} {model.version}")
     outcomes, refused = replay(model, rows, settings.max_batch_rows, InvalidInput)
+    # Rows repeating the header were dropped: name the others by their row in the file.
+    file_rows = text.index.to_numpy() + 1
+    refused = [dataclasses.replace(r, row=int(file_rows[r.row - 1])) for r in refused]
     failed = bool(refused)
     print(f"accepted {len(rows) - len(refused)} rows, refused {len(refused)}")
     if refused:
@@ -138,7 +146,7 @@ def _compare_metrics(
 ) -> bool:
     """Print the served metrics beside the recorded ones; True on a mismatch."""
     manifest = model.manifest
-    rows, same_file = _test_rows(args, manifest, target)
+    rows, same_file = _test_rows(args, manifest, target, text.index)
     scope = "the training run's test rows" if same_file else "every row with a target"
     if rows is None:
         rows = np.arange(len(text))
@@ -162,11 +170,11 @@ def _compare_metrics(
 
 
 def _test_rows(
-    args: argparse.Namespace, manifest: Any, target: str
+    args: argparse.Namespace, manifest: Any, target: str, text_index: Any
 ) -> tuple[np.ndarray | None, bool]:
     """The 0-based file rows of the training run's test split, if this is its file."""
     from training.datasets import load_csv
-    from training.errors import IABMAError
+    from training.errors import DataWarning, IABMAError
     from training.estimator import fingerprint
     from training.splits import holdout_split
 
@@ -175,21 +183,27 @@ def _test_rows(
         return None, False
     rule = manifest.input_rule
     try:
-        data = load_csv(
-            args.csv,
-            target,
-            manifest.task,
-            manifest.training.get("drop", []),
-            na_values=rule.na_values,
-            keep_default_na=False,
-        )
+        # Read again only to find the split: what it would warn of was said at training,
+        # and the header copies when the file was read for the replay.
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DataWarning)
+            data = load_csv(
+                args.csv,
+                target,
+                manifest.task,
+                manifest.training.get("drop", []),
+                na_values=rule.na_values,
+                keep_default_na=False,
+                encoding=args.encoding,
+            )
         train, test = holdout_split(data, float(split["test_size"]), int(split["seed"]))
     except IABMAError:
         return None, False
     if fingerprint(train.X, train.y.to_numpy()) != manifest.data_fingerprint:
         return None, False
     assert test.source_rows is not None
-    return test.source_rows - 1, True
+    # Positions in the frame that was replayed, which lacks any rows repeating the header.
+    return text_index.get_indexer(test.source_rows - 1), True
 
 
 def _served_metrics(

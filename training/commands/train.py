@@ -19,6 +19,7 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--target", help="target column (with --csv)")
     p.add_argument("--task", choices=["classification", "regression"], help="with --csv")
     p.add_argument("--drop", nargs="*", default=[], metavar="COL", help="columns to ignore")
+    add_encoding_argument(p)
     add_rule_arguments(p)
     p.add_argument(
         "--max-categories",
@@ -75,6 +76,15 @@ def _kl_weight(text: str) -> float | Literal["auto"]:
         raise ParameterError("--kl-weight", text, "must be a number or 'auto'") from None
 
 
+def add_encoding_argument(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--encoding",
+        default=None,
+        help="the CSV's text encoding (default UTF-8, or UTF-16 when the file starts with "
+        "its byte-order mark); e.g. cp1252 for Excel on Windows",
+    )
+
+
 def add_rule_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--na-values",
@@ -114,11 +124,21 @@ def load_split(args: argparse.Namespace) -> tuple[Any, Any, list[Any]]:
             args.drop,
             na_values=args.na_values,
             keep_default_na=not args.no_default_na,
+            encoding=args.encoding,
         )
     else:
-        if args.na_values or args.no_default_na or args.target or args.task or args.drop:
+        if (
+            args.na_values
+            or args.no_default_na
+            or args.target
+            or args.task
+            or args.drop
+            or args.encoding
+        ):
             raise ParameterError(
-                "--dataset", args.dataset, "takes none of --target, --task, --drop, --na-values"
+                "--dataset",
+                args.dataset,
+                "takes none of --target, --task, --drop, --na-values, --encoding",
             )
         data = load_shared(args.dataset, args.data_dir)
     if not 0.05 <= args.test_size <= 0.5:
