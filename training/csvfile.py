@@ -23,7 +23,7 @@ import pandas as pd
 
 from app.bundle.normalise import Normaliser
 from training.errors import CsvError, DataWarning, ParameterError
-from training.features import warn_mostly_numeric
+from training.hints import warn_mostly_numeric
 
 DELIMITERS = ",;\t|"
 _SNIFF_BYTES = 64 * 1024

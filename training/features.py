@@ -29,6 +29,7 @@ from app.bundle.columns import Columns, numeric_column, string_column
 from app.bundle.manifest import MISSING_TOKEN, FeatureSpec, InputRule
 from app.bundle.normalise import OTHER_CATEGORY, CategoryMap, Normaliser
 from training.errors import DataWarning, ParameterError
+from training.hints import warn_dates, warn_mostly_numeric
 
 MAX_CATEGORIES = 1000
 _UNSAFE = re.compile(r"[^A-Za-z0-9_]")
@@ -282,6 +283,7 @@ def _infer_one(
         counts.setdefault(c, 0)
     if not counts:
         raise ParameterError("X", name, "is empty: every value is missing; drop the column")
+    warn_dates(name, counts)
     other = len(counts) > max_categories
     if other:
         ranked = sorted(counts, key=lambda c: (-counts[c], c))[:max_categories]
@@ -304,51 +306,3 @@ def _warn_mostly_numeric(name: str, values: list[object], kinds: Counter, rule: 
         if isinstance(v, str) and (t := rule.text(v)) is not None and rule.number_text(t) is None
     )
     warn_mostly_numeric(name, kinds["number"], odd)
-
-
-# Units, currency signs and thousands spaces around a number ("82.1%", "37 684,73 €").
-_DECORATION = re.compile(r"[\s\u00a0\u202f%‰€$£¥]")
-_PLAIN_NUMBER = re.compile(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?", re.ASCII)
-
-
-def _decorated_number(text: str) -> bool:
-    """Whether ``text`` is a number once units, currency signs and separators are gone, or
-    an accounting export's negative in parentheses ("(1 250.00)")."""
-    bare = _DECORATION.sub("", text)
-    if len(bare) > 2 and bare[0] == "(" and bare[-1] == ")":
-        bare = bare[1:-1]
-    if bare.count(",") == 1 and "." not in bare:
-        bare = bare.replace(",", ".")  # a decimal comma
-    else:
-        bare = bare.replace(",", "")  # thousands commas
-    return bool(_PLAIN_NUMBER.fullmatch(bare))
-
-
-def warn_mostly_numeric(name: str, n_numbers: int, odd: Counter) -> None:
-    """A numeric column spoilt by a few stand-in strings ("?", "unknown"), or written with
-    units and separators ("82.1%", "37 684,73"), is common. Either way the column becomes
-    categorical, which the user should hear about rather than find in the manifest."""
-    n_odd = sum(odd.values())
-    n_decorated = sum(n for t, n in odd.items() if _decorated_number(t))
-    if n_decorated and n_numbers + n_decorated >= 0.9 * (n_numbers + n_odd):
-        shown = ", ".join(repr(t) for t, _ in odd.most_common(3))
-        warnings.warn(
-            f"column {name!r} holds numbers written as text in {n_decorated} cells (e.g. "
-            f"{shown}); it is treated as categorical. To use it as a number, write plain "
-            "numbers in the file (no units, currency signs, points or commas between "
-            "thousands, or parentheses for negatives; one decimal mark; spaces between "
-            "thousands are read)",
-            DataWarning,
-            stacklevel=4,
-        )
-        return
-    if len(odd) > 3 or n_numbers < 0.9 * (n_numbers + n_odd):
-        return
-    shown = ", ".join(repr(t) for t, _ in odd.most_common())
-    warnings.warn(
-        f"column {name!r} is numeric except for {n_odd} cells holding {shown}; it is "
-        "treated as categorical. If those mean 'missing', pass them as na_values "
-        "(--na-values on the command line)",
-        DataWarning,
-        stacklevel=4,
-    )

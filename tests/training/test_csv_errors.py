@@ -257,3 +257,19 @@ def test_a_constant_column_gets_a_hint(tmp_path: Path, capsys: pytest.CaptureFix
     assert "--drop" in err
     code, _out, err = train(capsys, write(tmp_path, table(region=["north", "south"] * 40)))
     assert code == 0 and "same value" not in err
+
+
+def test_a_date_column_gets_a_hint(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    days = [f"{1 + v % 28:02d}/{1 + v % 12:02d}/20{10 + v % 14}" for v in range(80)]
+    code, _out, err = train(capsys, write(tmp_path, table(opened=days)))
+    assert code == 0, err
+    assert "column 'opened' looks like dates (e.g. '01/01/2010'); it is read as" in err
+    assert "--drop" in err
+    iso = [f"2024-{1 + v % 12:02d}-{1 + v % 28:02d}T10:{v % 60:02d}:00Z" for v in range(80)]
+    code, _out, err = train(capsys, write(tmp_path, table(stamp=iso)))
+    assert code == 0 and "column 'stamp' looks like dates" in err
+    # Versions, and a few release days, are categories.
+    versions = [f"1.{v % 3}.{10 + v % 20}" for v in range(80)]
+    releases = [["2024-01-05", "2024-03-01", "2024-06-30"][v % 3] for v in range(80)]
+    code, _out, err = train(capsys, write(tmp_path, table(version=versions, release=releases)))
+    assert code == 0 and "looks like dates" not in err

@@ -1,0 +1,89 @@
+"""Hints about a user's columns that the data alone cannot settle: shown, never acted on.
+
+A numeric column spoilt by placeholders or written with units, or a date column read as
+categories, still trains; the user should hear about it rather than find it in the
+manifest.
+"""
+
+from __future__ import annotations
+
+import re
+import warnings
+from collections import Counter
+
+from training.errors import DataWarning
+
+# Units, currency signs and thousands spaces around a number ("82.1%", "37 684,73 €").
+_DECORATION = re.compile(r"[\s\u00a0\u202f%‰€$£¥]")
+_PLAIN_NUMBER = re.compile(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?", re.ASCII)
+
+
+def _decorated_number(text: str) -> bool:
+    """Whether ``text`` is a number once units, currency signs and separators are gone, or
+    an accounting export's negative in parentheses ("(1 250.00)")."""
+    bare = _DECORATION.sub("", text)
+    if len(bare) > 2 and bare[0] == "(" and bare[-1] == ")":
+        bare = bare[1:-1]
+    if bare.count(",") == 1 and "." not in bare:
+        bare = bare.replace(",", ".")  # a decimal comma
+    else:
+        bare = bare.replace(",", "")  # thousands commas
+    return bool(_PLAIN_NUMBER.fullmatch(bare))
+
+
+def warn_mostly_numeric(name: str, n_numbers: int, odd: Counter) -> None:
+    """A numeric column spoilt by a few stand-in strings ("?", "unknown"), or written with
+    units and separators ("82.1%", "37 684,73"), is common. Either way the column becomes
+    categorical, which the user should hear about rather than find in the manifest."""
+    n_odd = sum(odd.values())
+    n_decorated = sum(n for t, n in odd.items() if _decorated_number(t))
+    if n_decorated and n_numbers + n_decorated >= 0.9 * (n_numbers + n_odd):
+        shown = ", ".join(repr(t) for t, _ in odd.most_common(3))
+        warnings.warn(
+            f"column {name!r} holds numbers written as text in {n_decorated} cells (e.g. "
+            f"{shown}); it is treated as categorical. To use it as a number, write plain "
+            "numbers in the file (no units, currency signs, points or commas between "
+            "thousands, or parentheses for negatives; one decimal mark; spaces between "
+            "thousands are read)",
+            DataWarning,
+            stacklevel=4,
+        )
+        return
+    if len(odd) > 3 or n_numbers < 0.9 * (n_numbers + n_odd):
+        return
+    shown = ", ".join(repr(t) for t, _ in odd.most_common())
+    warnings.warn(
+        f"column {name!r} is numeric except for {n_odd} cells holding {shown}; it is "
+        "treated as categorical. If those mean 'missing', pass them as na_values "
+        "(--na-values on the command line)",
+        DataWarning,
+        stacklevel=4,
+    )
+
+
+# Dates as spreadsheets and databases write them: ISO (with a time), or day and month in
+# either order with a year; with points or dashes only a four-digit year, as "1.2.10" is
+# more likely a version.
+_DATE = re.compile(
+    r"\d{4}-\d{1,2}-\d{1,2}(?:[T ]\d{1,2}:\d{2}(?::\d{2}(?:\.\d+)?)?(?:Z|[+-]\d{2}:?\d{2})?)?"
+    r"|(?:\d{1,2}/\d{1,2}/(?:\d{4}|\d{2})|\d{1,2}([.-])\d{1,2}\1\d{4})"
+    r"(?: \d{1,2}:\d{2}(?::\d{2})?)?",
+    re.ASCII,
+)
+_MIN_DATES = 10  # a handful of distinct dates may well be categories (release days, say)
+
+
+def warn_dates(name: str, counts: Counter) -> None:
+    """A categorical column of dates: each date is a category of its own, so the models can
+    neither order dates nor read one they have not seen."""
+    dates = [t for t in counts if _DATE.fullmatch(t)]
+    if len(dates) < _MIN_DATES or sum(counts[t] for t in dates) < 0.9 * sum(counts.values()):
+        return
+    warnings.warn(
+        f"column {name!r} looks like dates (e.g. {dates[0]!r}); it is read as "
+        f"{len(counts)} categories, so the models cannot tell an earlier date from a later "
+        "one nor read a date they have not seen. Turn it into numbers (a year, a month, "
+        "days since an event) or drop it (--drop)",
+        DataWarning,
+        stacklevel=4,
+    )
