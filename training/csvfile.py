@@ -23,7 +23,7 @@ import pandas as pd
 
 from app.bundle.normalise import Normaliser
 from training.errors import CsvError, DataWarning, ParameterError
-from training.hints import warn_mostly_numeric
+from training.hints import warn_identifier, warn_mostly_numeric
 
 DELIMITERS = ",;\t|"
 _SNIFF_BYTES = 64 * 1024
@@ -172,7 +172,7 @@ def typed_frame(
     path: Path | str, df: pd.DataFrame, rule: Normaliser, keep: Sequence[str] = ()
 ) -> pd.DataFrame:
     """Type every column; drop the entirely empty ones (except ``keep``) with a warning, and
-    warn of constant ones."""
+    warn of constant ones and of identifiers."""
     out = {}
     for name in df.columns:
         col = type_column(df[name], rule)
@@ -193,6 +193,8 @@ def typed_frame(
                 DataWarning,
                 stacklevel=2,
             )
+        elif name not in keep:
+            warn_identifier(str(path), name, col)
         out[name] = col
     return pd.DataFrame(out, index=df.index)
 

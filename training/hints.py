@@ -11,6 +11,9 @@ import re
 import warnings
 from collections import Counter
 
+import numpy as np
+import pandas as pd
+
 from training.errors import DataWarning
 
 # Units, currency signs and thousands spaces around a number ("82.1%", "37 684,73 €").
@@ -86,4 +89,31 @@ def warn_dates(name: str, counts: Counter) -> None:
         "days since an event) or drop it (--drop)",
         DataWarning,
         stacklevel=4,
+    )
+
+
+_MIN_ID_ROWS = 50
+
+
+def warn_identifier(where: str, name: str, col: pd.Series) -> None:
+    """A column that differs in every row, as an identifier or a row number does: nothing
+    in it repeats, so a model can only learn the numbering (or nothing at all)."""
+    n = len(col)
+    if n < _MIN_ID_ROWS or col.isna().any() or col.nunique() != n:
+        return
+    if isinstance(col.dtype, pd.CategoricalDtype):
+        what = "a different value in every row, like an identifier or free text"
+    else:
+        values = col.to_numpy(dtype=np.float64)
+        if not np.all(values == np.round(values)):
+            return  # measurements with decimals are distinct often enough
+        steps = np.diff(values)
+        if not (np.all(steps > 0) or np.all(steps < 0)):
+            return
+        what = "a different whole number in every row, in order, like a row number or an identifier"
+    warnings.warn(
+        f"{where}: column {name!r} holds {what}; if it is one, drop it (--drop): the "
+        "models would learn from the numbering, or from values no later row will have",
+        DataWarning,
+        stacklevel=3,
     )

@@ -273,3 +273,21 @@ def test_a_date_column_gets_a_hint(tmp_path: Path, capsys: pytest.CaptureFixture
     releases = [["2024-01-05", "2024-03-01", "2024-06-30"][v % 3] for v in range(80)]
     code, _out, err = train(capsys, write(tmp_path, table(version=versions, release=releases)))
     assert code == 0 and "looks like dates" not in err
+
+
+def test_an_identifier_column_gets_a_hint(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, _out, err = train(capsys, write(tmp_path, table(customer=range(100001, 100081))))
+    assert code == 0, err
+    assert "column 'customer' holds a different whole number in every row, in order" in err
+    code, _out, err = train(
+        capsys, write(tmp_path, table(ref=[f"R-{v * 7919 % 1000}" for v in range(80)]))
+    )
+    assert code == 0 and "column 'ref' holds a different value in every row" in err
+    # Distinct measurements, whole numbers out of order, and repeated codes are features.
+    rng = np.random.default_rng(1)
+    shuffled = rng.permutation(80) + 1000
+    columns = {"price": rng.normal(100, 9, 80).round(2), "rank": shuffled, "code": ["a", "b"] * 40}
+    code, _out, err = train(capsys, write(tmp_path, table(**columns)))
+    assert code == 0 and "different" not in err
