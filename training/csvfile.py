@@ -34,25 +34,34 @@ def check_encoding(encoding: str | None) -> str | None:
     if encoding is None:
         return None
     try:
-        return codecs.lookup(encoding).name
+        info = codecs.lookup(encoding)
     except LookupError:
+        info = None
+    # codecs also holds bytes-to-bytes ones (hex, base64, rot13), which decode no text.
+    if info is None or not getattr(info, "_is_text_encoding", True):
         raise ParameterError(
             "--encoding", encoding, "is not a text encoding Python knows (e.g. utf-8, cp1252)"
-        ) from None
+        )
+    return info.name
 
 
 def _decode(path: Path, raw: bytes, encoding: str | None = None) -> str:
     # Excel's "Unicode text" export is UTF-16 with a byte-order mark, which says so itself.
-    if encoding is None and raw.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
+    by_mark = encoding is None and raw.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE))
+    if by_mark:
         encoding = "utf-16"
     try:
-        return raw.decode(encoding or "utf-8-sig")
+        text = raw.decode(encoding or "utf-8")
     except UnicodeDecodeError as exc:
         line = raw[: exc.start].count(b"\n") + 1
         where = f"byte 0x{raw[exc.start]:02x} at offset {exc.start} (line {line})"
+        if by_mark:
+            raise CsvError(path, f"starts as UTF-16 but is not UTF-16 text: {where}") from None
         if encoding is not None:
             raise CsvError(path, f"is not {encoding} text: {where}; check --encoding") from None
         raise CsvError(path, f"is not UTF-8 text: {where}; {_encoding_hint(raw)}") from None
+    # A UTF-8 byte-order mark (Excel's "CSV UTF-8") is not part of the first column's name.
+    return text.removeprefix("\ufeff")
 
 
 def _encoding_hint(raw: bytes) -> str:
@@ -109,23 +118,50 @@ def read_text_frame(path: Path | str, encoding: str | None = None) -> tuple[pd.D
         if name in seen:
             raise CsvError(path, "appears twice in the header; column names must be unique", name)
         seen.add(name)
+    _check_widths(path, text, delimiter, len(header))
     try:
-        df = pd.read_csv(
-            io.StringIO(text),
-            sep=delimiter,
-            header=0,
-            names=names,
-            dtype=str,
-            keep_default_na=False,
-            na_filter=False,
-            skip_blank_lines=True,
-        )
+        with warnings.catch_warnings():
+            # Extra fields are empty ones (checked above): a delimiter closing each row.
+            warnings.simplefilter("ignore", pd.errors.ParserWarning)
+            df = pd.read_csv(
+                io.StringIO(text),
+                sep=delimiter,
+                header=0,
+                names=names,
+                dtype=str,
+                keep_default_na=False,
+                na_filter=False,
+                skip_blank_lines=True,
+                index_col=False,
+            )
     except (pd.errors.ParserError, ValueError) as exc:
         raise CsvError(path, f"is not a readable CSV: {exc}") from None
     df = _drop_header_repeats(path, df, header)
     if len(df) == 0:
         raise CsvError(path, "has a header but no data rows")
     return df, delimiter
+
+
+def _check_widths(path: Path, text: str, delimiter: str, width: int) -> None:
+    """Refuse a data row with more values than the header has names: pandas would take the
+    first column as the rows' index (R's row names) or drop the values at the end."""
+    rows = csv.reader(io.StringIO(text), delimiter=delimiter)
+    next(rows, None)
+    number = 0
+    try:
+        for row in rows:
+            if not row:
+                continue  # a blank line, which pandas skips too
+            number += 1
+            if len(row) > width and any(cell.strip() for cell in row[width:]):
+                raise CsvError(
+                    path,
+                    f"data row {number} has {len(row)} values but the header names {width} "
+                    "columns; give every column a name (a first column of row names needs "
+                    "one too)",
+                )
+    except csv.Error as exc:
+        raise CsvError(path, f"is not a readable CSV: {exc}") from None
 
 
 def _drop_header_repeats(path: Path, df: pd.DataFrame, header: list[str]) -> pd.DataFrame:
@@ -140,7 +176,7 @@ def _drop_header_repeats(path: Path, df: pd.DataFrame, header: list[str]) -> pd.
     shown = ", ".join(str(r) for r in rows[:5]) + (", ..." if len(rows) > 5 else "")
     warnings.warn(
         f"{path}: dropped {len(rows)} row{'s' if len(rows) > 1 else ''} repeating the header "
-        f"(data row {shown}), as files pasted together carry",
+        f"(data row{'s' if len(rows) > 1 else ''} {shown}), as files pasted together carry",
         DataWarning,
         stacklevel=3,
     )

@@ -165,7 +165,7 @@ def _target(path: Path, cells: pd.Series, name: str, task: str, rule: Normaliser
     texts = [rule.text(c) for c in cells.tolist()]
     numbers = [None if t is None else rule.number_text(t) for t in texts]
     if task == "regression":
-        for row, (t, v) in enumerate(zip(texts, numbers, strict=True)):
+        for row, t, v in zip(cells.index, texts, numbers, strict=True):
             if t is not None and v is None:
                 raise CsvError(
                     path,

@@ -39,7 +39,7 @@ PANDAS_NA_VALUES: tuple[str, ...] = (
 OTHER_CATEGORY = "__other__"
 _NUMBER = re.compile(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?", re.ASCII)
 _GROUPED = re.compile(
-    r"[+-]?\d{1,3}(?P<sep>[ \u00a0\u202f'])\d{3}(?:(?P=sep)\d{3})*(?P<frac>[.,]\d+)?", re.ASCII
+    r"[+-]?[1-9]\d{0,2}(?P<sep>[ \u00a0\u202f'])\d{3}(?:(?P=sep)\d{3})*(?P<frac>[.,]\d+)?", re.ASCII
 )
 
 Problem = tuple[str, str]  # (error code, message), before the field is known

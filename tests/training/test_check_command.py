@@ -112,3 +112,28 @@ def test_a_metric_that_does_not_match_fails_the_check(
     code, out = check(capsys, copy, path)
     assert code == 1
     assert "MISMATCH" in out and "rmse" in out
+
+
+def test_a_bundle_remembers_its_files_encoding(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Trained from Excel's cp1252 export, the bundle's check reads the same file without
+    being told the encoding again."""
+    rng = np.random.default_rng(5)
+    n = 120
+    size = rng.uniform(20, 200, n).round(1)
+    town = rng.choice(["Orl\u00e9ans", "S\u00e8te", "Besan\u00e7on"], n)
+    price = (3 * size + rng.normal(0, 5, n)).round(2)
+    lines = ["surface (m\u00b2);ville;prix (\u20ac)"]
+    lines += [f"{s};{t};{p}".replace(".", ",") for s, t, p in zip(size, town, price, strict=True)]
+    path = tmp_path / "excel.csv"
+    path.write_bytes(("\r\n".join(lines) + "\r\n").encode("cp1252"))
+    store = tmp_path / "store"
+    code = main(["train", "--csv", str(path), "--target", "prix (\u20ac)", "--task",
+                 "regression", "--encoding", "cp1252", "--name", "houses", "--store",
+                 str(store), "--quiet"])  # fmt: skip
+    assert code == 0
+    code, out = check(capsys, store, path)
+    assert code == 0, out
+    assert f"accepted {n} rows, refused 0" in out
+    assert "every metric is within 0.0001 of the recorded one" in out

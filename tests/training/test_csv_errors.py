@@ -86,6 +86,21 @@ REFUSED = {
         ["--encoding", "ascii"],
         ["data.csv: is not ascii text: byte 0xc3 at offset 11 (line 2); check --encoding"],
     ),
+    "a codec that decodes no text": (
+        table(),
+        ["--encoding", "hex"],
+        ["--encoding='hex' is not a text encoding Python knows"],
+    ),
+    "a row with more values than the header has names": (
+        "a,b,y\n" + "".join(f"{i},x,yes,{i}\n" for i in range(60)),
+        [],
+        ["data.csv: data row 1 has 4 values but the header names 3 columns"],
+    ),
+    "a row-names column without a name (R's write.csv)": (
+        '"a","y"\n' + "".join(f'"{i}",{i},"yes"\n' for i in range(60)),
+        [],
+        ["data row 1 has 3 values but the header names 2 columns"],
+    ),
     "an encoding Python does not know": (
         table(),
         ["--encoding", "klingon"],
@@ -167,6 +182,15 @@ def test_excel_exports_are_read_with_their_encoding(
     code, out, err = train(capsys, write(tmp_path, text.encode("utf-16"), "unicode.txt"))
     assert code == 0, err
     assert "prix (\u20ac)" in out
+    # Excel's "CSV UTF-8" starts with a byte-order mark, also when the encoding is named.
+    bom = write(tmp_path, b"\xef\xbb\xbf" + table().encode("utf-8"), "bom.csv")
+    for extra in ([], ["--encoding", "utf-8"]):
+        code, out, err = train(capsys, bom, *extra)
+        assert code == 0, err
+    # A delimiter closing every row adds empty values, not columns.
+    closed = "".join(line + ",\n" for line in table().splitlines()[1:])
+    code, out, err = train(capsys, write(tmp_path, "a,b,y\n" + closed, "closed.csv"))
+    assert code == 0, err
 
 
 def test_rows_repeating_the_header_are_dropped_with_a_warning(
@@ -178,6 +202,15 @@ def test_rows_repeating_the_header_are_dropped_with_a_warning(
     assert code == 0, err
     assert "dropped 1 row repeating the header (data row 41)" in err
     assert "64 training rows, 16 test rows" in out  # 80 rows, not 81
+
+
+def test_row_numbers_count_the_dropped_header_rows(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    text = "a,y\n1,2\na,y\n" + "".join(f"{i},{i}.5\n" for i in range(60)) + "7,oops\n"
+    code, _, err = train(capsys, write(tmp_path, text), "--task", "regression")
+    assert code == 2 and "dropped 1 row repeating the header (data row 2)" in err
+    assert '"oops" in data row 63' in err.strip().splitlines()[-1]
 
 
 def test_numbers_grouped_by_spaces_are_read(

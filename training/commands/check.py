@@ -76,6 +76,8 @@ def run(args: argparse.Namespace) -> int:
     except BundleError as exc:
         raise ParameterError("--name", args.name, f"cannot be opened: {exc}") from None
     manifest = model.manifest
+    if args.encoding is None:
+        args.encoding = manifest.training.get("encoding")
     text, _ = read_text_frame(args.csv, args.encoding)
     target = args.target or manifest.target.name
     features = list(model.features.names)
@@ -200,6 +202,10 @@ def _test_rows(
     except IABMAError:
         return None, False
     if fingerprint(train.X, train.y.to_numpy()) != manifest.data_fingerprint:
+        print(
+            "this file's training rows differ from the bundle's (another file, or one this "
+            "version of iabma reads differently): metrics are shown, not compared"
+        )
         return None, False
     assert test.source_rows is not None
     # Positions in the frame that was replayed, which lacks any rows repeating the header.

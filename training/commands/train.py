@@ -81,7 +81,8 @@ def add_encoding_argument(p: argparse.ArgumentParser) -> None:
         "--encoding",
         default=None,
         help="the CSV's text encoding (default UTF-8, or UTF-16 when the file starts with "
-        "its byte-order mark); e.g. cp1252 for Excel on Windows",
+        "its byte-order mark; for check, the training file's); e.g. cp1252 for Excel on "
+        "Windows",
     )
 
 
@@ -295,6 +296,7 @@ def run(args: argparse.Namespace) -> int:
             # `iabma check` re-derives the test rows of the same file from these.
             "split": {"test_size": args.test_size, "seed": args.seed},
             "drop": list(args.drop),
+            "encoding": args.encoding,  # check's default for the same file
         },
         publish=args.publish,
     )
