@@ -160,8 +160,8 @@ def _check_widths(path: Path, text: str, delimiter: str, width: int) -> None:
                     "columns; give every column a name (a first column of row names needs "
                     "one too)",
                 )
-    except csv.Error as exc:
-        raise CsvError(path, f"is not a readable CSV: {exc}") from None
+    except csv.Error:
+        return  # e.g. a cell beyond the csv module's size limit: pandas reads it, or says why
 
 
 def _drop_header_repeats(path: Path, df: pd.DataFrame, header: list[str]) -> pd.DataFrame:

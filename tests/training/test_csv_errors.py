@@ -324,3 +324,13 @@ def test_an_identifier_column_gets_a_hint(
     columns = {"price": rng.normal(100, 9, 80).round(2), "rank": shuffled, "code": ["a", "b"] * 40}
     code, _out, err = train(capsys, write(tmp_path, table(**columns)))
     assert code == 0 and "different" not in err
+
+
+def test_a_cell_beyond_the_csv_modules_limit_is_read(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The row-width check reads with the csv module, whose cells stop at 128 KiB; pandas
+    reads longer ones, so they must not turn into a refusal."""
+    notes = ["short"] * 79 + ["x" * 200_000]
+    code, _out, err = train(capsys, write(tmp_path, table(notes=notes)))
+    assert code == 0, err
