@@ -1,8 +1,8 @@
 """Hints about a user's columns that the data alone cannot settle: shown, never acted on.
 
-A numeric column spoilt by placeholders or written with units, or a date column read as
-categories, still trains; the user should hear about it rather than find it in the
-manifest.
+A numeric column spoilt by stand-in values ("?", "unknown") or written with units, a
+column of dates read as categories, or an identifier, still trains; the user should hear
+about it rather than find it in the manifest.
 """
 
 from __future__ import annotations
