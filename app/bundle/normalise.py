@@ -15,7 +15,8 @@ same thing to the served bundle:
   ``","`` reads ``"3,5"`` for files written with decimal commas); digits grouped in
   threes by a space, a no-break space or an apostrophe (``"1 234,5"``, ``"1'234.5"``)
   read as the number they spell, as those marks are never a decimal mark; a point or a
-  comma between groups (``"1.234,5"``, ``"1,234"``) is refused rather than guessed at;
+  comma between groups (``"1.234,5"``, ``"1,234"``) is refused rather than guessed at; a
+  leading minus sign (U+2212, as typeset reports write it) reads as ``-``;
 - a categorical feature takes its known categories as text; a number matches the category
   with the same text (``3`` for ``"3"``), or else the one category with the same value
   (``1.5`` for ``"1.50"``); columns capped at training time send every other value to the
@@ -38,6 +39,7 @@ PANDAS_NA_VALUES: tuple[str, ...] = (
 )  # fmt: skip
 OTHER_CATEGORY = "__other__"
 _NUMBER = re.compile(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?", re.ASCII)
+_MINUS = "\u2212"
 _GROUPED = re.compile(
     r"[+-]?[1-9]\d{0,2}(?P<sep>[ \u00a0\u202f'])\d{3}(?:(?P=sep)\d{3})*(?P<frac>[.,]\d+)?", re.ASCII
 )
@@ -88,6 +90,8 @@ class Normaliser:
         """The number ``text`` spells (already normalised), or None if it spells none."""
         if not self.numbers_as_text:
             return None
+        if text.startswith(_MINUS):
+            text = "-" + text[1:]  # typeset reports write the minus sign itself
         grouped = _GROUPED.fullmatch(text)
         if grouped is not None:
             frac = grouped["frac"]

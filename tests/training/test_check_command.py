@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -123,7 +124,7 @@ def test_a_bundle_remembers_its_files_encoding(
     n = 120
     size = rng.uniform(20, 200, n).round(1)
     town = rng.choice(["Orl\u00e9ans", "S\u00e8te", "Besan\u00e7on"], n)
-    price = (3 * size + rng.normal(0, 5, n)).round(2)
+    price = (30_000 * size + rng.normal(0, 50_000, n)).round(2)  # francs: a large RMSE
     lines = ["surface (m\u00b2);ville;prix (\u20ac)"]
     lines += [f"{s};{t};{p}".replace(".", ",") for s, t, p in zip(size, town, price, strict=True)]
     path = tmp_path / "excel.csv"
@@ -137,3 +138,5 @@ def test_a_bundle_remembers_its_files_encoding(
     assert code == 0, out
     assert f"accepted {n} rows, refused 0" in out
     assert "every metric is within 0.0001 of the recorded one" in out
+    # Six-figure metrics keep their columns apart.
+    assert re.search(r"\nrmse +\d{5,}\.\d{6} +\d{5,}\.\d{6} +[+-]", out), out

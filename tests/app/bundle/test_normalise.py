@@ -59,6 +59,7 @@ def test_options_change_the_rule_and_are_checked() -> None:
         ("1.234", 1.234, None), ("1.234,5", None, None), ("1,234", None, 1.234),
         ("12 34", None, None), ("1 2345", None, None), ("1 234 5678", None, None),
         ("1 234'567", None, None), ("012 345", None, None), ("0 001", None, None),
+        ("\u22125", -5.0, -5.0), ("\u22121'234.5", -1234.5, None), ("5\u2212", None, None),
     ],
 )  # fmt: skip
 def test_digits_grouped_by_spaces_or_apostrophes_are_read(
