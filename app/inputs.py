@@ -82,6 +82,18 @@ class FeatureTable:
     def names_text(self) -> str:
         return ", ".join(self.names)
 
+    @cached_property
+    def _by_loose_name(self) -> dict[str, str]:
+        return {n.strip().casefold(): n for n in self.names}
+
+    def near_hint(self, key: str) -> str:
+        """For a name that differs from one of the model's only in surrounding spaces or
+        case, which look alike in a message: which one was meant."""
+        near = self._by_loose_name.get(key.strip().casefold())
+        if near is None or near == key:
+            return ""
+        return f"; did you mean {json_repr(near)}? names match exactly, spaces and case included"
+
     def number(self, value: Any) -> tuple[float | None, Problem | None]:
         if isinstance(value, NonFinite):
             return None, (
@@ -177,7 +189,8 @@ class FeatureTable:
                         Fault(
                             "unknown_feature",
                             field_of(i, key),
-                            f"unknown feature; the model takes {self.names_text}",
+                            f"unknown feature{self.near_hint(key)}; the model takes "
+                            f"{self.names_text}",
                         )
                     )
             for name in self.names:

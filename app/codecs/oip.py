@@ -161,7 +161,9 @@ def decode(
         name = t["name"]
         if name not in table.inputs:
             raise _bad(
-                f"{where}.name", f"unknown feature {name!r}; the model takes {table.names_text}"
+                f"{where}.name",
+                f"unknown feature {name!r}{table.near_hint(name)}; the model takes "
+                f"{table.names_text}",
             )
         if name in data:
             raise _bad(f"{where}.name", f"feature {name!r} is given twice")

@@ -64,6 +64,14 @@ CASES = [
         "the model takes x1, x2",
     ),
     Case(
+        "a feature name in another case or with spaces",
+        rows({"X1 ": 1.0, "x2": 1.0}),
+        422,
+        "unknown_feature",
+        "instances[0].X1 ",
+        'unknown feature; did you mean "x1"? names match exactly, spaces and case included',
+    ),
+    Case(
         "string for a number",
         rows(OK_ROW, {"x1": "abc", "x2": 1}),
         422,

@@ -166,6 +166,10 @@ def _x(data: list[Any], name: str = "x1", dtype: str = "FP32", shape: Any = None
             {"inputs": [_x([1.0]), _x([1.0], "x2"), _x([1.0], "x3")]},
             "inputs[2].name: unknown feature 'x3'",
         ),
+        (
+            {"inputs": [_x([1.0]), _x([1.0], "X2")]},
+            "inputs[1].name: unknown feature 'X2'; did you mean \"x2\"?",
+        ),
         ({"inputs": [_x([1.0]), _x([1.0], "x1")]}, "inputs[1].name: feature 'x1' is given twice"),
         (
             {"inputs": [_x(["a"], dtype="BYTES"), _x([1.0], "x2")]},
