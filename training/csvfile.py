@@ -118,6 +118,14 @@ def read_text_frame(path: Path | str, encoding: str | None = None) -> tuple[pd.D
         if name in seen:
             raise CsvError(path, "appears twice in the header; column names must be unique", name)
         seen.add(name)
+    spaced = [n for n in names if n != n.strip()]
+    if spaced:
+        warnings.warn(
+            f"{path}: column names {spaced} begin or end with spaces, which clients must "
+            "send too; rename them in the file if that is not meant",
+            DataWarning,
+            stacklevel=2,
+        )
     _check_widths(path, text, delimiter, len(header))
     try:
         with warnings.catch_warnings():

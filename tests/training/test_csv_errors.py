@@ -334,3 +334,11 @@ def test_a_cell_beyond_the_csv_modules_limit_is_read(
     notes = ["short"] * 79 + ["x" * 200_000]
     code, _out, err = train(capsys, write(tmp_path, table(notes=notes)))
     assert code == 0, err
+
+
+def test_column_names_with_surrounding_spaces_get_a_hint(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, _out, err = train(capsys, write(tmp_path, table().replace("a,b,y", " a,b ,y", 1)))
+    assert code == 0, err
+    assert "column names [' a', 'b '] begin or end with spaces, which clients must send" in err
