@@ -119,6 +119,13 @@ class AuditUnavailable(ServingError):
     code = "audit_unavailable"
 
 
+class ClientClosedRequest(ServingError):
+    """The client went away before its request was read whole: nobody gets the answer,
+    but the log and the metrics must not count it as the server's fault."""
+
+    code = "client_closed_request"
+
+
 class InternalError(ServingError):
     code = "internal"
 
@@ -143,6 +150,7 @@ STATUS: dict[type[Exception], int] = {
     UnsupportedMediaType: 415,
     UnsupportedEncoding: 415,
     InvalidInput: 422,
+    ClientClosedRequest: 499,  # nginx's status for it; no client ever reads it
     InternalError: 500,
     NotReady: 503,
     AuditUnavailable: 503,
@@ -161,6 +169,7 @@ GRPC_CODES: dict[int, str] = {
     413: "INVALID_ARGUMENT",
     415: "INVALID_ARGUMENT",
     422: "INVALID_ARGUMENT",
+    499: "CANCELLED",
     503: "UNAVAILABLE",
 }
 

@@ -2,7 +2,9 @@
 
 Paths under ``/v2`` speak the Open Inference Protocol (``{"error": "..."}``, 400 for bad
 requests); every other path answers ``{"error": {"code", "message", "field"}}``. An
-unexpected exception is logged with its traceback and answered 500 without one.
+unexpected exception is logged with its traceback and answered 500 without one. A client
+that hangs up while its body is being read is logged and counted as 499, not as a 500
+with a traceback: the fault, and the alert, are not the server's.
 """
 
 from __future__ import annotations
@@ -14,10 +16,11 @@ from typing import Any
 from fastapi import FastAPI
 from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 
 from app.errors import (
+    ClientClosedRequest,
     Fault,
     InvalidInput,
     MethodNotAllowed,
@@ -81,6 +84,12 @@ def install_error_handlers(app: FastAPI) -> None:
             InvalidInput(faults or [Fault("invalid_value", "", "invalid")]), request.url.path
         )
 
+    async def client_gone(request: Request, exc: Exception) -> Response:
+        gone = ClientClosedRequest(
+            "the client closed the connection before sending the whole body", field="body"
+        )
+        return error_response(gone, request.url.path)
+
     async def unexpected(request: Request, exc: Exception) -> Response:
         log.error("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
         return error_response(exc, request.url.path)
@@ -88,4 +97,5 @@ def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(ServingError, serving_error)
     app.add_exception_handler(HTTPException, http_error)
     app.add_exception_handler(RequestValidationError, validation_error)
+    app.add_exception_handler(ClientDisconnect, client_gone)
     app.add_exception_handler(Exception, unexpected)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import socket
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -354,3 +356,37 @@ def test_wrong_method_and_unknown_route(apps: dict[str, Client]) -> None:
         "message": "path: no such route: GET /nowhere",
         "field": "path",
     }
+
+
+@pytest.mark.parametrize("path", ["/predict", "/v2/models/demo/infer"])
+def test_a_client_that_hangs_up_mid_body_is_a_499_not_a_server_error(
+    apps: dict[str, Client], path: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Found under load: each such client was logged as an unhandled error with two
+    tracebacks and counted as a 500, which pages whoever watches the 5xx rate."""
+    app = apps["demo"]
+    if not isinstance(app, UvicornHarness):
+        pytest.skip("needs a real socket to hang up on")
+    counted = ("iabma_http_requests_total",)
+    mine = {"model_name": "demo", "route": path.replace("demo", "{name}")}
+    records = trail_size(app)
+    before_499 = totals(app, *counted, **mine, status="499")
+    before_500 = totals(app, *counted, **mine, status="500")
+    host, port = app.base_url.removeprefix("http://").split(":")
+    body = json.dumps(rows(OK_ROW)).encode()
+    with caplog.at_level("INFO"), socket.create_connection((host, int(port))) as sock:
+        head = (
+            f"POST {path} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(body) + 100}\r\n\r\n"
+        )
+        sock.sendall(head.encode() + body)
+        time.sleep(0.2)  # the handler is now waiting for the rest of the body
+    deadline = time.monotonic() + 10
+    while totals(app, *counted, **mine, status="499") == before_499:
+        assert time.monotonic() < deadline, "the hang-up was never counted as 499"
+        time.sleep(0.05)
+    assert totals(app, *counted, **mine, status="500") == before_500
+    assert trail_size(app) == records
+    errors = [r for r in caplog.records if r.levelname in {"ERROR", "CRITICAL"}]
+    assert errors == [], [r.getMessage() for r in errors]
+    assert app.post("/predict", json=rows(OK_ROW)).status_code == 200
