@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from app.codecs.tensors import Raw, byte_elements, numeric_array, texts
+from app.codecs.tensors import Raw, byte_elements, check_declared, numeric_array, texts
 from app.errors import Fault, InvalidInput, NotFound, TooManyRows
 from app.inputs import json_type
 from app.plane import UNCERTAINTY, InferenceRequest
@@ -112,7 +112,9 @@ def _values(data: Any, datatype: str, n: int, field: str, name: str) -> Any:
         if data.size != n:
             raise _bad(field, f"holds {data.size} values but the shape says {n}")
         return data
-    return _flat(data, field, n)
+    values = _flat(data, field, n)
+    check_declared(values, datatype, field, name)
+    return values
 
 
 def _flat(data: Any, field: str, n: int) -> list[Any]:

@@ -32,6 +32,12 @@ NUMPY_TYPES: dict[str, str] = {
     "UINT64": "<u8",
 }
 _LENGTH = struct.Struct("<I")
+_INTEGER_RANGES = {
+    name: (int(np.iinfo(t).min), int(np.iinfo(t).max))
+    for name, t in NUMPY_TYPES.items()
+    if name.startswith(("INT", "UINT"))
+}
+_FP16_MAX = float(np.finfo(np.float16).max)
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +62,34 @@ def numeric_array(raw: Raw, datatype: str, count: int, field: str, name: str) ->
             f"but its binary data has {len(raw.data)}",
         )
     return np.frombuffer(raw.data, dtype=dtype)
+
+
+def check_declared(values: Sequence[Any], datatype: str, field: str, name: str) -> None:
+    """JSON numbers must be values of their tensor's declared ``datatype``.
+
+    Raw and gRPC data cannot break this, but JSON can say ``INT8`` and send 300, or
+    ``INT64`` and send 1.5; taking them as sent would hide a client bug that another
+    server would refuse. FP32 and FP64 are left to the feature's own range check.
+    """
+    bounds = _INTEGER_RANGES.get(datatype)
+    if bounds is None and datatype != "FP16":
+        return
+    for i, v in enumerate(values):
+        if isinstance(v, bool) or not isinstance(v, int | float):
+            continue  # null is missing; other types get the feature's own wrong_type
+        if bounds is None:
+            if abs(v) > _FP16_MAX:
+                raise bad(f"{field}[{i}]", f"tensor {name!r}: {v!r} is outside FP16's range")
+            continue
+        if isinstance(v, float) and not v.is_integer():
+            raise bad(
+                f"{field}[{i}]", f"tensor {name!r}: {v!r} is not a whole number, as {datatype} is"
+            )
+        if not bounds[0] <= v <= bounds[1]:
+            raise bad(
+                f"{field}[{i}]",
+                f"tensor {name!r}: {v!r} is outside {datatype}'s range {bounds[0]} to {bounds[1]}",
+            )
 
 
 def byte_elements(raw: Raw, count: int, field: str, name: str) -> list[bytes]:

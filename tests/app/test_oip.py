@@ -202,6 +202,23 @@ def _x(data: list[Any], name: str = "x1", dtype: str = "FP32", shape: Any = None
         ({"inputs": [_x([1.0]), _x([1.0], "x2")], "id": 5}, "id: expected a string, got 5"),
         ({"inputs": [_x([1.0]), _x([1.0], "x2")], "extra": 1}, "extra: unknown field"),
         ([1, 2], "body: expected an inference request object"),
+        # JSON data that its declared datatype cannot hold was taken as sent.
+        (
+            {"inputs": [_x([1.0, 2.0]), _x([1, 300], "x2", "INT8")]},
+            "inputs[1].data[1]: tensor 'x2': 300 is outside INT8's range -128 to 127",
+        ),
+        (
+            {"inputs": [_x([-1], dtype="UINT32"), _x([1.0], "x2")]},
+            "inputs[0].data[0]: tensor 'x1': -1 is outside UINT32's range 0 to 4294967295",
+        ),
+        (
+            {"inputs": [_x([1.5], dtype="INT64"), _x([1.0], "x2")]},
+            "inputs[0].data[0]: tensor 'x1': 1.5 is not a whole number, as INT64 is",
+        ),
+        (
+            {"inputs": [_x([70000.0], dtype="FP16"), _x([1.0], "x2")]},
+            "inputs[0].data[0]: tensor 'x1': 70000.0 is outside FP16's range",
+        ),
     ],
 )
 def test_infer_errors_are_400(demo: Client, body: Any, says: str) -> None:
@@ -209,6 +226,12 @@ def test_infer_errors_are_400(demo: Client, body: Any, says: str) -> None:
     assert r.status_code == 400, r.text
     assert set(r.json()) == {"error"}
     assert r.json()["error"].startswith(says)
+
+
+def test_json_data_within_its_datatype_is_taken(demo: Client) -> None:
+    body = {"inputs": [_x([2.0, -1], dtype="INT16"), _x([-0.5, 1], "x2", "FP16")]}
+    r = demo.post("/v2/models/demo/infer", json=body)
+    assert r.status_code == 200, r.text
 
 
 def test_lone_surrogate_is_a_400(demo: Client) -> None:
