@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 import zlib
 from typing import Any
 
@@ -198,7 +199,11 @@ def parse_strict(raw: bytes) -> Any:
         ) from None
     except UnicodeDecodeError:
         raise InvalidJSON("the body is not UTF-8 encoded JSON", field="body") from None
-    except ValueError as exc:  # e.g. an integer literal longer than Python's digit limit
+    except ValueError as exc:
+        if "integer string conversion" in str(exc):
+            # Python's own message tells the reader to call sys.set_int_max_str_digits().
+            limit = sys.get_int_max_str_digits()
+            raise InvalidJSON(f"a number has more than {limit} digits", field="body") from None
         raise InvalidJSON(f"unreadable JSON value: {exc}", field="body") from None
     except RecursionError:
         raise InvalidJSON("JSON nested too deeply", field="body") from None
