@@ -44,6 +44,9 @@ def router() -> APIRouter:
         response_model=None,
         description="200 with a bundle loaded; 503 while loading or draining after SIGTERM.",
     )
+    for path, probe in (("/livez", livez), ("/readyz", readyz)):
+        # Uptime monitors and some load balancers probe with HEAD; the status is the answer.
+        r.add_api_route(path, probe, methods=["HEAD"], response_model=None, include_in_schema=False)
     r.add_api_route(
         "/models",
         models,

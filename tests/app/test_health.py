@@ -31,6 +31,13 @@ def test_live_and_ready(demo: Client, bundles: Bundles) -> None:
     assert r.json() == {"status": "ready", "model": "demo", "version": bundles.demo.version}
 
 
+def test_head_probes_answer_the_status_without_a_body(demo: Client) -> None:
+    for path in ("/livez", "/readyz"):
+        r = demo.request("HEAD", path)
+        assert (r.status_code, r.content) == (200, b""), path
+    assert demo.request("HEAD", "/predict").status_code == 405
+
+
 def test_models_is_the_manifest_summary(demo: Client, bundles: Bundles) -> None:
     manifest = json.loads(
         (bundles.store / "demo" / bundles.demo.version / "manifest.json").read_text()
