@@ -17,17 +17,17 @@ from __future__ import annotations
 import base64
 import binascii
 import contextlib
-import json
 import re
+import threading
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import IO, Any
 
-import numpy as np
 from sqlalchemy import and_, or_, select
 
-from app.audit.records import LOG_COLUMNS, AuditRecord, record_json
+from app.audit import rollup
+from app.audit.records import LOG_COLUMNS, AuditRecord, now_us, record_json
 from app.audit.tables import create_tables, lock_sqlite, make_engine, records
 from app.errors import Fault, InvalidInput
 
@@ -110,6 +110,9 @@ class AuditStore:
         self.url = url
         self.engine = make_engine(url, timeout_seconds)
         self.timeout_seconds = timeout_seconds
+        self._seal = rollup.seal_us(timeout_seconds)
+        # One roll-up at a time here: a second reader waits and then finds the sums made.
+        self._rollup = threading.Lock()
         self._lock: IO[str] | None = None
         self._writer: Any = None  # the writer thread's own DBAPI connection
         marker = "?" if self.engine.dialect.paramstyle == "qmark" else "%s"
@@ -223,41 +226,44 @@ class AuditStore:
         cursor = encode_cursor(rows[-1].created_us, rows[-1].id) if more else None
         return [record_json(r) for r in rows], cursor
 
-    def aggregate(self, flt: RecordFilter) -> dict[str, Any]:
+    def aggregate(self, flt: RecordFilter, now: int | None = None) -> dict[str, Any]:
         """Each expert's mean weight and top share over every row of every matching record.
 
-        Records of versions with the same experts are summed as one array; an expert
-        counts over the rows of the records that had it.
+        Whole sealed buckets inside the window come from their stored sums, the records at
+        its edges from the trail (:mod:`app.audit.rollup`). Records of versions with the
+        same experts are summed as one array; an expert counts over the rows of the records
+        that had it.
         """
+        cut = rollup.floor_bucket((now_us() if now is None else now) - self._seal)
+        first = 0 if flt.since_us is None else rollup.ceil_bucket(flt.since_us)
+        last = cut if flt.until_us is None else min(cut, rollup.floor_bucket(flt.until_us))
+        sums = rollup.Sums()
+        edges: list[tuple[int | None, int | None]] = [(flt.since_us, flt.until_us)]
+        if first < last:
+            with self._rollup:
+                through = rollup.sum_sealed(self.engine, flt.model, cut)
+            last = max(first, min(last, through))
+            rollup.add_buckets(self.engine, first, last, flt, sums)
+            edges = []
+            if flt.since_us is not None and flt.since_us < first:
+                edges.append((flt.since_us, first))
+            if flt.until_us is None or last < flt.until_us:
+                edges.append((last, flt.until_us))
+        for since, until in edges:
+            self._add_records(replace(flt, since_us=since, until_us=until), sums)
+        return sums.json()
+
+    def _add_records(self, flt: RecordFilter, into: rollup.Sums) -> None:
         c = records.c
         query = select(c.experts, c.n_instances, c.weight_sums, c.top_counts).where(
             *flt.conditions()
         )
         groups: dict[str, tuple[list[bytes], list[bytes], list[int]]] = {}
-        n_records = n_rows = 0
         with self.engine.connect() as conn:
             for row in conn.execute(query):
-                experts, n = str(row[0]), int(row[1])
-                group = groups.setdefault(experts, ([], [], []))
+                group = groups.setdefault(str(row[0]), ([], [], []))
                 group[0].append(bytes(row[2]))
                 group[1].append(bytes(row[3]))
-                group[2].append(n)
-                n_records += 1
-                n_rows += n
-        totals: dict[str, list[float]] = {}
+                group[2].append(int(row[1]))
         for experts, (sums, tops, ns) in groups.items():
-            names = json.loads(experts)
-            m = len(names)
-            weight = np.frombuffer(b"".join(sums), "<f8").reshape(-1, m).sum(axis=0)
-            top = np.frombuffer(b"".join(tops), "<i8").reshape(-1, m).sum(axis=0)
-            rows = float(sum(ns))
-            for j, name in enumerate(names):
-                t = totals.setdefault(name, [0.0, 0.0, 0.0])
-                t[0] += float(weight[j])
-                t[1] += float(top[j])
-                t[2] += rows
-        experts_out = {
-            name: {"mean_weight": w / n, "argmax_share": k / n}
-            for name, (w, k, n) in sorted(totals.items())
-        }
-        return {"records": n_records, "instances": n_rows, "experts": experts_out}
+            into.add_blobs(experts, sums, tops, sum(ns))

@@ -8,7 +8,8 @@ top, plus the experts' and classes' names and the input (or its keyed hash).
 ``GET /weights`` rebuilds its JSON, and its aggregates, from these.
 
 One table, three indexes, appended in time order (generated request ids are time-ordered
-too): a group commit touches a handful of pages whatever its size.
+too): a group commit touches a handful of pages whatever its size. Two small tables beside
+it hold sums derived from it for the aggregates (:mod:`app.audit.rollup`).
 """
 
 from __future__ import annotations
@@ -68,6 +69,32 @@ records = Table(
     Index("ix_iabma_audit_log_time", "model", "created_us", "id"),
     Index("ix_iabma_audit_log_top", "model", "top_expert", "created_us"),
     Index("ix_iabma_audit_log_request_id", "request_id"),
+)
+
+# Derived from the records, and rebuilt from them when dropped (app.audit.rollup): per
+# ten-minute bucket, version, top expert and set of experts, what GET /weights sums.
+buckets = Table(
+    "iabma_audit_buckets",
+    metadata,
+    Column("id", _ID, primary_key=True, autoincrement=True),
+    Column("model", String(128), nullable=False),
+    Column("bucket_us", BigInteger, nullable=False),
+    Column("version", String(128), nullable=False),
+    Column("top_expert", String(128), nullable=False),
+    Column("experts", Text, nullable=False),
+    Column("records", BigInteger, nullable=False),
+    Column("instances", BigInteger, nullable=False),
+    Column("weight_sums", LargeBinary, nullable=False),
+    Column("top_counts", LargeBinary, nullable=False),
+    Index("ix_iabma_audit_buckets_time", "model", "bucket_us"),
+)
+
+# Per model: every sealed bucket before through_us is summed in iabma_audit_buckets.
+watermarks = Table(
+    "iabma_audit_rollup",
+    metadata,
+    Column("model", String(128), primary_key=True),
+    Column("through_us", BigInteger, nullable=False),
 )
 
 
