@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime
+from decimal import Decimal
 from typing import Any, TypeVar
 
 from app.client import results
@@ -34,7 +35,9 @@ def _text(value: Any, name: str) -> str:
     if value is None:
         return ""
     if isinstance(value, float):
-        return repr(value)
+        return repr(float(value))  # numpy 2's repr of its float64 is "np.float64(0.3)"
+    if isinstance(value, Decimal):
+        return str(value)
     if isinstance(value, datetime):
         return value.isoformat()
     if isinstance(value, (str, int)):
@@ -49,6 +52,10 @@ def _json_default(value: Any) -> Any:
     item = getattr(value, "item", None)
     if item is not None:
         return item()
+    if isinstance(value, Decimal):
+        # What a database's NUMERIC column reads as (pandas.read_sql, pyarrow decimal128);
+        # the model computes in float32, so a float loses nothing it would use.
+        return float(value)
     raise TypeError(f"cannot send a {type(value).__name__} as JSON: {value!r}")
 
 

@@ -5,7 +5,9 @@ from __future__ import annotations
 import gzip
 import json
 from datetime import UTC, datetime
+from decimal import Decimal
 
+import numpy as np
 import pytest
 
 from app.client.calls import Requests
@@ -51,3 +53,22 @@ def test_keys_go_to_their_routes_and_query_values_are_text() -> None:
     )  # fmt: skip
     with pytest.raises(TypeError, match=r"features\['a'\]"):
         calls.gate({"a": [1, 2]})
+    # numpy 2 writes np.float64(0.3) as its repr; a NUMERIC column reads as Decimal.
+    assert calls.gate({"a": np.float64(0.3), "b": Decimal("1.50"), "c": np.int64(7)}).params == (
+        ("a", "0.3"), ("b", "1.50"), ("c", "7"),
+    )  # fmt: skip
+
+
+def test_decimals_are_sent_as_numbers() -> None:
+    body = (
+        Requests()
+        .predict(
+            [{"x": Decimal("0.125"), "y": Decimal("-3")}],
+            dict,
+            columnar=False,
+            include=None,
+            request_id=None,
+        )
+        .body
+    )
+    assert json.loads(body)["instances"] == [{"x": 0.125, "y": -3.0}]
