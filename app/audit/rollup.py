@@ -5,20 +5,22 @@ instead of every record.
 matches its filter. Summed from the records alone, that read every record of the model: on
 a trail of 1.1 million records (700 MB of SQLite) it took 8 s, and it grows with the trail.
 
-A bucket is *sealed* once it ended :func:`seal_us` ago. No commit can still add a record
-to it by then: a record's time is taken while its request is served, and a commit that has
-not landed within ``IABMA_AUDIT_TIMEOUT_SECONDS`` fails its requests. The first aggregate
-that needs a sealed bucket sums every sealed bucket not summed yet, in one scan of their
-records, and stores the sums in ``iabma_audit_buckets``, one row per bucket, version, top
-expert and set of experts; ``iabma_audit_rollup`` keeps, per model, the time before which
-every sealed bucket is summed. Each aggregate then adds up the stored rows of the whole
-buckets inside its window, and sums only the records at its edges: before its first whole
-bucket, and from the first bucket not sealed (at most a bucket and the seal margin ago).
+A bucket is *sealed* once it ended :data:`SEAL_US` ago. No commit can still add a record
+to it by then: a record's time is taken while its request is served, and a record not
+written within ``IABMA_AUDIT_TIMEOUT_SECONDS`` is never written (its request got a 503).
+The first aggregate that needs a sealed bucket sums every sealed bucket not summed yet, in
+one scan of their records, and stores the sums in ``iabma_audit_buckets``, one row per
+bucket, version, top expert and set of experts; ``iabma_audit_rollup`` keeps, per model,
+the time before which every sealed bucket is summed. Each aggregate then adds up the
+stored rows of the whole buckets inside its window, and sums only the records at its
+edges: before its first whole bucket, and from the first bucket not sealed (at most a
+bucket and the seal margin ago).
 
-The records stay the truth. The sums are derived and may be dropped at any time (delete
-both tables' rows); the next aggregate rebuilds them. Whoever deletes records from the
-trail must drop the sums too, and a replica whose clock runs more than the seal margin
-behind would add records to buckets already summed.
+The records stay the truth. The sums are derived and may be dropped at any time: delete the
+model's row of ``iabma_audit_rollup``, and the next aggregate replaces its bucket rows.
+Whoever deletes records from the trail must drop the sums too. Clocks must agree to within
+minutes: a replica whose clock runs half an hour behind, or a reader's ahead, would let
+records land in buckets already summed.
 """
 
 from __future__ import annotations
@@ -29,18 +31,17 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from sqlalchemy import Engine, insert, select, update
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy import Engine, delete, insert, select, update
+from sqlalchemy.exc import IntegrityError, OperationalError
 
 from app.audit.tables import buckets, records, watermarks
 
 BUCKET_US = 600_000_000  # ten minutes
-_MIN_SEAL_US = 300_000_000  # five minutes
-
-
-def seal_us(timeout_seconds: float) -> int:
-    """How long after a bucket ends no record can still land in it."""
-    return max(_MIN_SEAL_US, int(3 * timeout_seconds * 1_000_000))
+# How long after a bucket ends no record can still land in it: a record is written within
+# IABMA_AUDIT_TIMEOUT_SECONDS (at most 600 s) of its time, or never (app.audit.writer), and
+# a hung PostgreSQL COPY is cancelled a second after that. Fixed, so that no replica's
+# setting can make another seal early; with room for clocks a few minutes apart.
+SEAL_US = 1_800_000_000  # thirty minutes
 
 
 @dataclass
@@ -135,6 +136,8 @@ def sum_sealed(engine: Engine, model: str, cut: int) -> int:
         with engine.begin() as conn:
             if start is None:
                 conn.execute(insert(watermarks).values(model=model, through_us=cut))
+                # A rebuild: the sums of a dropped watermark go with it.
+                conn.execute(delete(buckets).where(buckets.c.model == model))
             else:
                 moved = conn.execute(
                     update(watermarks)
@@ -145,8 +148,10 @@ def sum_sealed(engine: Engine, model: str, cut: int) -> int:
                     raise _Lost
             if rows:
                 conn.execute(insert(buckets), rows)
-    except (_Lost, IntegrityError):
-        return summed_through(engine, model) or start or 0
+    except (_Lost, IntegrityError, OperationalError):
+        # Another reader got there first (OperationalError: a serialization failure under
+        # REPEATABLE READ), or the sums were dropped meanwhile: what is stored now holds.
+        return summed_through(engine, model) or 0
     return cut
 
 

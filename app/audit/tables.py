@@ -31,6 +31,7 @@ from sqlalchemy import (
     String,
     Table,
     Text,
+    UniqueConstraint,
     create_engine,
     event,
     inspect,
@@ -87,6 +88,8 @@ buckets = Table(
     Column("weight_sums", LargeBinary, nullable=False),
     Column("top_counts", LargeBinary, nullable=False),
     Index("ix_iabma_audit_buckets_time", "model", "bucket_us"),
+    # Two readers can never both store a bucket: the second's transaction fails whole.
+    UniqueConstraint("model", "bucket_us", "version", "top_expert", "experts"),
 )
 
 # Per model: every sealed bucket before through_us is summed in iabma_audit_buckets.

@@ -19,8 +19,9 @@ GIL: a request that encoded first kept the writer waiting for the GIL through th
 encoding, and the commit (its fsync included) then ran after it instead of beside it.
 
 If a commit fails, the waiting requests get :class:`~app.errors.AuditUnavailable` (503);
-a watchdog fails any request still waiting after ``IABMA_AUDIT_TIMEOUT_SECONDS``. Closing
-the writer flushes the queue first.
+a watchdog fails any request still waiting after ``IABMA_AUDIT_TIMEOUT_SECONDS``, and the
+writer never writes the records of such requests. Closing the writer flushes the queue
+first.
 """
 
 from __future__ import annotations
@@ -40,7 +41,8 @@ from app.errors import AuditUnavailable
 from app.metrics import ServiceMetrics
 
 log = logging.getLogger("iabma.audit")
-_Item = tuple[AuditRecord, asyncio.Future[None], asyncio.Future[None] | None]
+# The record, the future its commit settles, the one set when it is taken, its deadline.
+_Item = tuple[AuditRecord, asyncio.Future[None], asyncio.Future[None] | None, float]
 _STOP = None
 
 
@@ -100,9 +102,17 @@ class AuditWriter:
         if self._thread is None or not self._thread.is_alive() or self._loop is None:
             raise AuditUnavailable("the audit writer is not running", field="audit")
         done: asyncio.Future[None] = self._loop.create_future()
-        self._deadlines.append((time.monotonic() + self.timeout_seconds, done))
-        self._queue.put((record, done, taken))
+        deadline = time.monotonic() + self.timeout_seconds
+        self._deadlines.append((deadline, done))
+        self._queue.put((record, done, taken, deadline))
         return done
+
+    def _timed_out(self) -> AuditUnavailable:
+        return AuditUnavailable(
+            f"the audit store did not commit within {self.timeout_seconds:g} s "
+            "(IABMA_AUDIT_TIMEOUT_SECONDS)",
+            field="audit",
+        )
 
     async def _expire(self) -> None:
         """Fail the requests whose record has waited too long (a hung database)."""
@@ -114,13 +124,7 @@ class AuditWriter:
             ):
                 _, fut = self._deadlines.popleft()
                 if not fut.done():
-                    fut.set_exception(
-                        AuditUnavailable(
-                            f"the audit store did not commit within {self.timeout_seconds:g} s "
-                            "(IABMA_AUDIT_TIMEOUT_SECONDS)",
-                            field="audit",
-                        )
-                    )
+                    fut.set_exception(self._timed_out())
             self.metrics.audit_depth.set(self.labels(), self.depth)
 
     def _run(self) -> None:
@@ -145,6 +149,9 @@ class AuditWriter:
         """Build the group's rows, add those of requests on their way (``gather``), insert
         them in one transaction, and settle the group. True if told to stop meanwhile."""
         assert self._loop is not None
+        batch = self._in_time(batch)
+        if not batch:
+            return False
         self._in_commit = len(batch)
         t0 = time.perf_counter()
         stop = False
@@ -170,9 +177,9 @@ class AuditWriter:
     def _rows(self, items: list[_Item]) -> list[tuple[Any, ...]]:
         """The items' rows; then their large requests may encode (see the module docstring)."""
         assert self._loop is not None
-        taken = [t for _, _, t in items if t is not None]
+        taken = [t for _, _, t, _ in items if t is not None]
         try:
-            return [rec.log_values() for rec, _, _ in items]
+            return [rec.log_values() for rec, _, _, _ in items]
         finally:
             # Built (or failed): the writer now waits without the GIL, on the queue or the
             # database.
@@ -196,10 +203,35 @@ class AuditWriter:
                 return False
             if item is _STOP:
                 return True
+            if not self._in_time([item]):
+                continue
             batch.append(item)
             self._in_commit = len(batch)
             rows.extend(self._rows([item]))
         return False
+
+    def _in_time(self, items: list[_Item]) -> list[_Item]:
+        """The items still within their deadline; the others' requests get their 503 now,
+        and their records are never written.
+
+        Their requests were (or are about to be) answered 503, so a record would stand for
+        an answer never given; and written after a stall of minutes, it would land in a
+        time whose sums ``GET /weights`` may have stored already (:mod:`app.audit.rollup`).
+        """
+        assert self._loop is not None
+        now = time.monotonic()
+        late = [item for item in items if item[3] <= now]
+        if not late:
+            return items
+        log.warning("audit: %d records waited past their deadline; not written", len(late))
+        self._loop.call_soon_threadsafe(self._fail_late, late)
+        return [item for item in items if item[3] > now]
+
+    def _fail_late(self, items: list[_Item]) -> None:
+        _release([t for _, _, t, _ in items if t is not None])
+        for _, fut, _, _ in items:
+            if not fut.done():
+                fut.set_exception(self._timed_out())
 
     def _settle(self, batch: list[_Item], error: Exception | None, seconds: float) -> None:
         """On the event loop: wake the requests of a committed (or failed) group."""
@@ -209,7 +241,7 @@ class AuditWriter:
             self.metrics.audit_records.inc(labels, len(batch))
         else:
             self.metrics.audit_failures.inc(labels)
-        for _, fut, _ in batch:
+        for _, fut, _, _ in batch:
             if fut.done():
                 continue
             if error is None:

@@ -3,16 +3,23 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
+import sqlite3
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
 from audit_support import Trail, make_record, open_writer
+from support import PG_DSN, schema_of
 
 from app.audit.store import ROWS_PER_STATEMENT, AuditStore
 from app.audit.tables import SqliteInUse
+from app.audit.writer import AuditWriter
+from app.metrics import ServiceMetrics
 
 
 def test_a_large_record_is_taken_before_it_is_committed(trail: Trail) -> None:
@@ -187,3 +194,47 @@ def test_a_large_record_is_let_go_while_its_group_waits(trail: Trail) -> None:
 
     assert asyncio.run(main()), "the group committed before the second record came"
     assert trail.count() == 2
+
+
+@contextlib.contextmanager
+def trail_locked(trail: Trail) -> Iterator[None]:
+    """Another connection holds the write lock: the writer's next insert waits on it."""
+    if trail.sqlite_file is not None:
+        conn = sqlite3.connect(trail.sqlite_file, isolation_level=None)
+        conn.execute("begin immediate")
+        try:
+            yield
+        finally:
+            conn.execute("rollback")
+            conn.close()
+        return
+    with psycopg.connect(PG_DSN) as conn:
+        conn.execute(f'set search_path to "{schema_of(trail.url)}"')
+        conn.execute("lock table iabma_audit_log in access exclusive mode")
+        yield
+        conn.rollback()
+
+
+def test_records_that_waited_past_their_deadline_are_never_written(trail: Trail) -> None:
+    """Their requests got a 503; written after the stall, they would stand for answers
+    never given, and land in time that GET /weights may have summed already."""
+
+    async def main() -> list[Any]:
+        store = AuditStore(trail.url, 10.0)
+        store.prepare()
+        writer = AuditWriter(store, ServiceMetrics(), lambda: ("demo", "v1"), 4, 0.3)
+        writer.start()
+        with trail_locked(trail):
+            stuck = writer.submit(make_record("in-the-hung-insert"))
+            await asyncio.sleep(0.1)  # the writer is now inside its insert, waiting
+            queued = [writer.submit(make_record(f"queued-{k}")) for k in range(3)]
+            outcomes = await asyncio.gather(stuck, *queued, return_exceptions=True)
+        await writer.close()
+        store.close()
+        return outcomes
+
+    outcomes = asyncio.run(main())
+    assert all("did not commit within 0.3 s" in str(e) for e in outcomes), outcomes
+    written = {r[0] for r in trail.rows("select request_id from iabma_audit_log")}
+    # The insert in flight when the deadline passed may still land; the queued ones never.
+    assert written <= {"in-the-hung-insert"}
