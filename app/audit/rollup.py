@@ -67,10 +67,7 @@ class Sums:
 
     def add_blobs(self, experts: str, weights: list[bytes], tops: list[bytes], rows: int) -> None:
         """Add records given as their stored per-expert sums (one blob per record)."""
-        m = len(weights[0]) // 8
-        weight = np.frombuffer(b"".join(weights), "<f8").reshape(-1, m).sum(axis=0)
-        top = np.frombuffer(b"".join(tops), "<i8").reshape(-1, m).sum(axis=0)
-        self.add(experts, weight, top, rows, len(weights))
+        self.add(experts, _column_sum(weights, "<f8"), _column_sum(tops, "<i8"), rows, len(weights))
 
     def json(self) -> dict[str, Any]:
         """``GET /weights``' aggregate: an expert counts over the rows of the records that
