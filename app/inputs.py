@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 import re
+import unicodedata
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
@@ -84,12 +85,13 @@ class FeatureTable:
 
     @cached_property
     def _by_loose_name(self) -> dict[str, str]:
-        return {n.strip().casefold(): n for n in self.names}
+        return {_loose(n): n for n in self.names}
 
     def near_hint(self, key: str) -> str:
-        """For a name that differs from one of the model's only in surrounding spaces or
-        case, which look alike in a message: which one was meant."""
-        near = self._by_loose_name.get(key.strip().casefold())
+        """For a name that differs from one of the model's only in spaces (surrounding,
+        repeated, or of another kind such as a no-break space), case, or Unicode form,
+        which look alike in a message: which one was meant."""
+        near = self._by_loose_name.get(_loose(key))
         if near is None or near == key:
             return ""
         return f"; did you mean {json_repr(near)}? names match exactly, spaces and case included"
@@ -291,3 +293,9 @@ def query_row(params: Mapping[str, str], table: FeatureTable) -> dict[str, Any]:
         else:
             row[key] = text
     return row
+
+
+def _loose(name: str) -> str:
+    """A name as it looks: NFKC (a no-break space reads as a space, composed and decomposed
+    letters alike), runs of spaces as one, no surrounding spaces, any case."""
+    return " ".join(unicodedata.normalize("NFKC", name).split()).casefold()

@@ -126,6 +126,16 @@ def read_text_frame(path: Path | str, encoding: str | None = None) -> tuple[pd.D
             DataWarning,
             stacklevel=2,
         )
+    # A no-break space or a tab looks like a space, and clients type a space.
+    odd = [n for n in names if any(ch.isspace() and ch != " " for ch in n.strip())]
+    if odd:
+        warnings.warn(
+            f"{path}: column names {odd} hold spaces other than the plain one (no-break "
+            "spaces, tabs), which clients must send exactly; rename them in the file if "
+            "that is not meant",
+            DataWarning,
+            stacklevel=2,
+        )
     _check_widths(path, text, delimiter, len(header))
     try:
         with warnings.catch_warnings():

@@ -74,6 +74,14 @@ CASES = [
         'unknown feature; did you mean "x1"? names match exactly, spaces and case included',
     ),
     Case(
+        "a feature name in another Unicode form",
+        rows({"\uff58\uff11\u00a0": 1.0, "x2": 1.0}),  # full-width x and 1, no-break space
+        422,
+        "unknown_feature",
+        "instances[0].\uff58\uff11\u00a0",
+        'unknown feature; did you mean "x1"?',
+    ),
+    Case(
         "string for a number",
         rows(OK_ROW, {"x1": "abc", "x2": 1}),
         422,

@@ -342,3 +342,13 @@ def test_column_names_with_surrounding_spaces_get_a_hint(
     code, _out, err = train(capsys, write(tmp_path, table().replace("a,b,y", " a,b ,y", 1)))
     assert code == 0, err
     assert "column names [' a', 'b '] begin or end with spaces, which clients must send" in err
+
+
+def test_column_names_with_no_break_spaces_get_a_hint(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Found in a German export: "Score\u00a0%" read as "Score %" in every message.
+    renamed = table().replace("a,b,y", "a\u00a0x,b,y", 1)
+    code, _out, err = train(capsys, write(tmp_path, renamed))
+    assert code == 0, err
+    assert "column names ['a\\xa0x'] hold spaces other than the plain one" in err
