@@ -94,7 +94,11 @@ class FeatureTable:
         near = self._by_loose_name.get(_loose(key))
         if near is None or near == key:
             return ""
-        return f"; did you mean {json_repr(near)}? names match exactly, spaces and case included"
+        # A no-break space or a tab is shown escaped: printed, it looks like a space.
+        shown = "".join(
+            f"\\u{ord(ch):04x}" if ch.isspace() and ch != " " else ch for ch in json_repr(near)
+        )
+        return f"; did you mean {shown}? names match exactly, spaces and case included"
 
     def number(self, value: Any) -> tuple[float | None, Problem | None]:
         if isinstance(value, NonFinite):
