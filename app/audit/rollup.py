@@ -152,27 +152,22 @@ def sum_sealed(engine: Engine, model: str, cut: int) -> int:
     return cut
 
 
-def add_buckets(engine: Engine, lo: int, hi: int, flt: Any, into: Sums) -> None:
-    """Add the stored sums of ``flt.model``'s buckets in ``[lo, hi)`` that match its expert
-    and version."""
+def bucket_rows(engine: Engine, lo: int, hi: int, flt: Any) -> list[tuple[Any, ...]]:
+    """The stored sums of ``flt.model``'s buckets in ``[lo, hi)`` that match its expert and
+    version, as ``(bucket_us, experts, version, records, instances, weight_sums,
+    top_counts)``."""
+    if lo >= hi:
+        return []
     c = buckets.c
-    query = select(c.experts, c.records, c.instances, c.weight_sums, c.top_counts).where(
-        c.model == flt.model, c.bucket_us >= lo, c.bucket_us < hi
-    )
+    query = select(
+        c.bucket_us, c.experts, c.version, c.records, c.instances, c.weight_sums, c.top_counts
+    ).where(c.model == flt.model, c.bucket_us >= lo, c.bucket_us < hi)
     if flt.expert is not None:
         query = query.where(c.top_expert == flt.expert)
     if flt.version is not None:
         query = query.where(c.version == flt.version)
     with engine.connect() as conn:
-        result: Iterable[Any] = conn.execute(query)
-        for experts, n_records, n_rows, weight, top in result:
-            into.add(
-                str(experts),
-                np.frombuffer(bytes(weight), "<f8"),
-                np.frombuffer(bytes(top), "<i8"),
-                int(n_rows),
-                int(n_records),
-            )
+        return list(conn.execute(query).cursor.fetchall())
 
 
 def floor_bucket(us: int) -> int:

@@ -24,6 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import IO, Any
 
+import numpy as np
 from sqlalchemy import and_, or_, select
 
 from app.audit import rollup
@@ -235,28 +236,47 @@ class AuditStore:
         """Each expert's mean weight and top share over every row of every matching record.
 
         Whole sealed buckets inside the window come from their stored sums, the records at
-        its edges from the trail (:mod:`app.audit.rollup`). Records of versions with the
-        same experts are summed as one array; an expert counts over the rows of the records
+        its edges from the trail (:meth:`summed_span`). Records of versions with the same
+        experts are summed as one array; an expert counts over the rows of the records
         that had it.
         """
-        cut = rollup.floor_bucket((now_us() if now is None else now) - rollup.SEAL_US)
-        first = 0 if flt.since_us is None else rollup.ceil_bucket(flt.since_us)
-        last = cut if flt.until_us is None else min(cut, rollup.floor_bucket(flt.until_us))
+        first, last, edges = self.summed_span(flt, now)
         sums = rollup.Sums()
-        edges: list[tuple[int | None, int | None]] = [(flt.since_us, flt.until_us)]
-        if first < last:
-            with self._rollup:
-                through = rollup.sum_sealed(self.engine, flt.model, cut)
-            last = max(first, min(last, through))
-            rollup.add_buckets(self.engine, first, last, flt, sums)
-            edges = []
-            if flt.since_us is not None and flt.since_us < first:
-                edges.append((flt.since_us, first))
-            if flt.until_us is None or last < flt.until_us:
-                edges.append((last, flt.until_us))
+        for _time, experts, _version, n_records, n_rows, weight, top in rollup.bucket_rows(
+            self.engine, first, last, flt
+        ):
+            sums.add(
+                str(experts),
+                np.frombuffer(bytes(weight), "<f8"),
+                np.frombuffer(bytes(top), "<i8"),
+                int(n_rows),
+                int(n_records),
+            )
         for since, until in edges:
             self._add_records(replace(flt, since_us=since, until_us=until), sums)
         return sums.json()
+
+    def summed_span(
+        self, flt: RecordFilter, now: int | None = None
+    ) -> tuple[int, int, list[tuple[int | None, int | None]]]:
+        """Sum ``flt.model``'s sealed buckets not summed yet (:mod:`app.audit.rollup`), then
+        split the filter's window: ``[first, last)`` is read from the stored sums (empty
+        when ``first == last``), and each ``(since, until)`` window left is read from the
+        records."""
+        cut = rollup.floor_bucket((now_us() if now is None else now) - rollup.SEAL_US)
+        first = 0 if flt.since_us is None else rollup.ceil_bucket(flt.since_us)
+        last = cut if flt.until_us is None else min(cut, rollup.floor_bucket(flt.until_us))
+        if first >= last:
+            return first, first, [(flt.since_us, flt.until_us)]
+        with self._rollup:
+            through = rollup.sum_sealed(self.engine, flt.model, cut)
+        last = max(first, min(last, through))
+        edges: list[tuple[int | None, int | None]] = []
+        if flt.since_us is not None and flt.since_us < first:
+            edges.append((flt.since_us, first))
+        if flt.until_us is None or last < flt.until_us:
+            edges.append((last, flt.until_us))
+        return first, last, edges
 
     def _add_records(self, flt: RecordFilter, into: rollup.Sums) -> None:
         c = records.c

@@ -1,9 +1,9 @@
 """The console's reads of the audit trail that ``GET /weights`` does not make; all blocking.
 
 - :func:`timeline`: each expert's mean weight and argmax share per time bucket, over every
-  record matching a filter, summed from the records' per-expert sums as
-  :meth:`AuditStore.aggregate` sums them (so the buckets add up to its aggregate), and the
-  same per version.
+  record matching a filter, summed from the same stored ten-minute sums and records as
+  :meth:`AuditStore.aggregate` (so the buckets add up to its aggregate), and the same per
+  version.
 - :func:`version_changes`: how often the gate's top expert changed between versions, over
   the inputs seen under both (matched by the trail's keyed input hash).
 - :func:`count`: how many records match a filter.
@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import itertools
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
-from sqlalchemy import func, select
+from sqlalchemy import func, literal_column, select
 
+from app.audit import rollup
 from app.audit.records import iso_from_us
 from app.audit.store import AuditStore, RecordFilter
 from app.audit.tables import records
@@ -67,10 +68,38 @@ def _edges(lo: int, hi: int, buckets: int) -> np.ndarray:
     return lo + width * np.arange(buckets + 1, dtype=np.int64)
 
 
+def _whole_edges(lo: int, hi: int, buckets: int) -> np.ndarray:
+    """At most ``buckets`` buckets from ``lo`` to ``hi`` whose inner edges fall on the
+    stored sums' ten minutes, so that each stored bucket lies inside one of them."""
+    step = rollup.BUCKET_US
+    base = rollup.floor_bucket(lo)
+    width = -(-(hi - base) // (buckets * step)) * step
+    return np.array([lo, *range(base + width, hi, width), hi], dtype=np.int64)
+
+
 def _fetch(store: AuditStore, query: Any) -> list[tuple[Any, ...]]:
     """Plain DBAPI tuples: at 10k records, building SQLAlchemy rows costs more than the scan."""
     with store.engine.connect() as conn:
         return list(conn.execute(query).cursor.fetchall())
+
+
+def _span(store: AuditStore, flt: RecordFilter) -> tuple[int, int] | None:
+    """The times of the first and the last matching record, each read off an index."""
+    c = records.c
+    query = select(c.created_us).where(*flt.conditions()).limit(1)
+    first = _fetch(store, query.order_by(c.created_us))
+    last = _fetch(store, query.order_by(c.created_us.desc()))
+    return (int(first[0][0]), int(last[0][0])) if first and last else None
+
+
+def _record_pieces(store: AuditStore, flt: RecordFilter) -> list[tuple[Any, ...]]:
+    """The matching records as :func:`rollup.bucket_rows` gives stored sums: one record each."""
+    c = records.c
+    query = select(
+        c.created_us, c.experts, c.version, literal_column("1"), c.n_instances, c.weight_sums,
+        c.top_counts,
+    ).where(*flt.conditions())  # fmt: skip
+    return _fetch(store, query)
 
 
 def _groups(experts: tuple[str, ...], versions: tuple[str, ...]) -> dict[tuple[str, str], Any]:
@@ -87,22 +116,42 @@ def _take(values: tuple[Any, ...], pick: Any) -> Any:
     return values[pick] if isinstance(pick, slice) else [values[i] for i in pick]
 
 
-def timeline(store: AuditStore, flt: RecordFilter, buckets: int = MAX_BUCKETS) -> dict[str, Any]:
+def timeline(
+    store: AuditStore, flt: RecordFilter, buckets: int = MAX_BUCKETS, now: int | None = None
+) -> dict[str, Any]:
     """Buckets of equal width from ``since`` (or the first record) to ``until`` (or just
-    past the last); each holds its records' totals, as ``Totals.json``."""
-    c = records.c
-    query = select(
-        c.created_us, c.experts, c.version, c.n_instances, c.weight_sums, c.top_counts
-    ).where(*flt.conditions())
-    rows = _fetch(store, query)
-    if not rows:
+    past the last); each holds its records' totals, as ``Totals.json``.
+
+    Over ``buckets`` times ten minutes or more, the inner edges fall on the stored sums'
+    ten minutes, and the sums are read where ``GET /weights`` reads them
+    (:meth:`AuditStore.summed_span`), so that weeks of trail cost a row per ten minutes;
+    the records are read only at the window's edges. A shorter window reads its records.
+    """
+    span = _span(store, flt)
+    if span is None:
         return {"experts": [], "buckets": [], "versions": {}, "overall": Totals().json([])}
-    times_l, experts_l, versions_l, n_l, sums_l, tops_l = zip(*rows, strict=True)
+    lo = flt.since_us if flt.since_us is not None else span[0]
+    hi = flt.until_us if flt.until_us is not None else span[1] + 1
+    if hi - lo >= buckets * rollup.BUCKET_US:
+        lo = lo if flt.since_us is not None else rollup.floor_bucket(lo)
+        edges = _whole_edges(lo, hi, buckets)
+        first, last, windows = store.summed_span(flt, now)
+        pieces = rollup.bucket_rows(store.engine, first, last, flt)
+        for since, until in windows:
+            pieces += _record_pieces(store, replace(flt, since_us=since, until_us=until))
+    else:
+        pieces = _record_pieces(store, flt)
+        edges = _edges(lo, hi, max(1, min(buckets, len(pieces))))
+    return _binned(pieces, edges)
+
+
+def _binned(pieces: list[tuple[Any, ...]], edges: np.ndarray) -> dict[str, Any]:
+    if not pieces:
+        return {"experts": [], "buckets": [], "versions": {}, "overall": Totals().json([])}
+    times_l, experts_l, versions_l, count_l, n_l, sums_l, tops_l = zip(*pieces, strict=True)
     all_times = np.asarray(times_l, dtype=np.int64)
+    all_count = np.asarray(count_l, dtype=np.int64)
     all_n = np.asarray(n_l, dtype=np.float64)
-    lo = flt.since_us if flt.since_us is not None else int(all_times.min())
-    hi = flt.until_us if flt.until_us is not None else int(all_times.max()) + 1
-    edges = _edges(lo, hi, max(1, min(buckets, len(rows))))
     all_keys = np.clip(np.searchsorted(edges, all_times, side="right") - 1, 0, len(edges) - 2)
     groups = _groups(experts_l, versions_l)
     experts: list[str] = []
@@ -112,20 +161,20 @@ def timeline(store: AuditStore, flt: RecordFilter, buckets: int = MAX_BUCKETS) -
     per_version: dict[str, Totals] = {}
     overall = Totals()
     size = len(per_bucket)
-    # Each group's records are summed as one array per bucket, with no per-record Python.
+    # Each group's pieces are summed as one array per bucket, with no per-piece Python.
     for (names_text, version), pick in groups.items():
         names = json.loads(names_text)
         m = len(names)
         weight = np.frombuffer(b"".join(_take(sums_l, pick)), "<f8").reshape(-1, m)
         top = np.frombuffer(b"".join(_take(tops_l, pick)), "<i8").reshape(-1, m)
-        keys, n = all_keys[pick], all_n[pick]
+        keys, n, k = all_keys[pick], all_n[pick], all_count[pick]
         w = np.column_stack([np.bincount(keys, weight[:, j], size) for j in range(m)])
         t = np.column_stack([np.bincount(keys, top[:, j], size) for j in range(m)])
         rows_in = np.bincount(keys, n, size)
-        count = np.bincount(keys, minlength=size)
-        for k in np.flatnonzero(count):
-            per_bucket[k].add(names, w[k], t[k], int(rows_in[k]), int(count[k]))
-        summed = (names, weight.sum(axis=0), top.sum(axis=0), int(n.sum()), len(keys))
+        count = np.bincount(keys, k, size)
+        for b in np.flatnonzero(count):
+            per_bucket[b].add(names, w[b], t[b], int(rows_in[b]), int(count[b]))
+        summed = (names, weight.sum(axis=0), top.sum(axis=0), int(n.sum()), int(k.sum()))
         per_version.setdefault(version, Totals()).add(*summed)
         overall.add(*summed)
     return {

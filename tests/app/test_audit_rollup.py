@@ -9,40 +9,10 @@ from typing import Any
 
 import numpy as np
 import pytest
-from audit_support import Trail, make_record
+from audit_support import HOUR, NOW, Trail, spread
 
 from app.audit import rollup
-from app.audit.records import AuditRecord
 from app.audit.store import AuditStore, RecordFilter
-
-HOUR = 3_600_000_000
-NOW = 1_795_000_000_000_000 + 123_456_789  # not on a bucket edge
-EXPERTS = ("a", "b", "c")
-
-
-def spread(rng: np.random.Generator, n: int, hours: float, model: str = "demo") -> list[Any]:
-    """``n`` records at random times over the ``hours`` before NOW, from two versions, the
-    second with one more expert."""
-    out = []
-    for i in range(n):
-        v2 = i % 3 == 0
-        experts = (*EXPERTS, "d") if v2 else EXPERTS
-        rows = int(rng.integers(1, 4))
-        w = rng.dirichlet(np.ones(len(experts)), size=rows)
-        rec: AuditRecord = make_record(f"{model}-{i}")
-        out.append(
-            dataclasses.replace(
-                rec,
-                model=model,
-                created_us=NOW - int(rng.uniform(0, hours) * HOUR),
-                version="v2" if v2 else "v1",
-                experts=experts,
-                weights=w,
-                prediction=np.full((rows, 2), 0.5),
-                uncertainty=np.zeros((rows, 4)),
-            )
-        )
-    return out
 
 
 def fill(store: AuditStore, seed: int, n: int, hours: float) -> np.random.Generator:

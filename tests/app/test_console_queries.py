@@ -1,17 +1,22 @@
-"""The console's reads: version changes and per-version totals on a real SQLite trail, the
-store's versions, and the manifest's training ranges."""
+"""The console's reads: version changes and per-version totals on a real SQLite trail, a
+long timeline from the stored sums against its records (SQLite and PostgreSQL), the store's
+versions, and the manifest's training ranges."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
+import sqlite3
 from pathlib import Path
 
 import numpy as np
 import pytest
 from app_support import Bundles
+from audit_support import HOUR, NOW, Trail, spread
 from pydantic import ValidationError
 
+from app.audit import rollup
 from app.audit.records import AuditRecord
 from app.audit.store import AuditStore, RecordFilter
 from app.bundle.loader import open_bundle
@@ -19,6 +24,7 @@ from app.bundle.manifest import Manifest
 from app.bundle.predictor import BundlePredictor
 from app.console import queries
 from app.console.versions import stored_versions
+from app.weights import parse_time_us
 
 KEY = b"console-test-hash-key"
 
@@ -81,6 +87,62 @@ def test_version_changes_count_the_same_inputs_whose_top_expert_moved(
         assert [got[e]["argmax_share"] for e in experts] == pytest.approx(share.tolist())
         assert [got[e]["mean_weight"] for e in experts] == pytest.approx(w.mean(axis=0).tolist())
     assert queries.version_changes(store, RecordFilter(model="demo", version="v2")) == []
+    store.close()
+
+
+def bucket_from_records(store: AuditStore, flt: RecordFilter, bucket: dict) -> dict:
+    """A timeline bucket as its records alone make it, read as ``GET /weights`` once did."""
+    since, until = (parse_time_us(k, bucket[k]) for k in ("start", "end"))
+    sums = rollup.Sums()
+    store._add_records(dataclasses.replace(flt, since_us=since, until_us=until), sums)
+    return sums.json()
+
+
+def test_a_long_timeline_reads_the_stored_sums_and_matches_its_records(trail: Trail) -> None:
+    store = AuditStore(trail.url, 10.0)
+    store.prepare()
+    store.insert(spread(np.random.default_rng(7), 900, hours=30))
+    cases = [
+        (None, None, None, None),
+        (NOW - 20 * HOUR + 12_345, NOW - HOUR - 678, None, None),  # off the ten minutes
+        (NOW - 26 * HOUR, None, "b", None),
+        (None, NOW - 5 * HOUR, None, "v2"),
+    ]
+    for since, until, expert, version in cases:
+        flt = RecordFilter("demo", since, until, expert, version)
+        data = queries.timeline(store, flt, now=NOW)
+        assert 12 <= len(data["buckets"]) <= queries.MAX_BUCKETS
+        inner = [parse_time_us("start", b["start"]) for b in data["buckets"][1:]]
+        assert all(t % rollup.BUCKET_US == 0 for t in inner), "inner edges on the ten minutes"
+        assert sum(b["records"] for b in data["buckets"]) == data["overall"]["records"] > 0
+        for bucket in data["buckets"]:
+            want = bucket_from_records(store, flt, bucket)
+            assert (bucket["records"], bucket["instances"]) == (want["records"], want["instances"])
+            for name, got in bucket["experts"].items():
+                if got is None:
+                    assert name not in want["experts"]
+                else:
+                    assert got == pytest.approx(want["experts"][name], abs=1e-12), name
+    summed = trail.rows("select sum(records) from iabma_audit_buckets")[0][0]
+    assert summed > 500, "the sealed records were summed, and read from there"
+    # The stored sums are what is read: changed, they change the timeline.
+    trail.execute("update iabma_audit_buckets set records = records + 1000")
+    changed = queries.timeline(store, RecordFilter("demo"), now=NOW)["overall"]["records"]
+    rows = trail.rows("select count(*) from iabma_audit_buckets")[0][0]
+    assert changed == 900 + 1000 * rows
+    store.close()
+
+
+def test_a_short_timeline_splits_its_own_records(tmp_path: Path) -> None:
+    store = AuditStore(f"sqlite:///{tmp_path / 'audit.db'}", 10)
+    store.prepare()
+    store.insert(spread(np.random.default_rng(8), 30, hours=2))
+    data = queries.timeline(store, RecordFilter("demo"), now=NOW)
+    assert len(data["buckets"]) == queries.MAX_BUCKETS
+    assert sum(b["records"] for b in data["buckets"]) == 30
+    assert store.engine.dialect.name == "sqlite"
+    with sqlite3.connect(tmp_path / "audit.db") as conn:
+        assert conn.execute("select count(*) from iabma_audit_rollup").fetchone() == (0,)
     store.close()
 
 
