@@ -9,9 +9,10 @@ from typing import Any, TypeVar, overload
 
 import httpx
 
-from app.client import columnar, results
+from app.client import batches, columnar, results
 from app.client.base import ClientBase, listing
 from app.client.core import Call, Outcome, Sleep, plan
+from app.client.errors import ClientError
 
 T = TypeVar("T")
 
@@ -59,9 +60,27 @@ class AsyncClient(ClientBase):
         return await self._run(self._predict_call(rows, include, request_id))
 
     async def predict_frame(
-        self, frame: Any, *, include: Iterable[str] | None = None, request_id: str | None = None
+        self,
+        frame: Any,
+        *,
+        include: Iterable[str] | None = None,
+        request_id: str | None = None,
+        batch_rows: int = batches.DEFAULT_BATCH_ROWS,
     ) -> columnar.ColumnarResult:
-        return await self._run(self._columns_call(frame, include, request_id))
+        """A pandas DataFrame, pyarrow Table or mapping of columns in; one list per field
+        out (``.to_pandas()`` puts them in a DataFrame on the frame's index).
+
+        Frames longer than ``batch_rows`` go in several requests, one after another
+        (:mod:`app.client.batches`); an error names its row in the whole frame."""
+        calls, index = self._frame_calls(frame, include, request_id, batch_rows)
+        parts = []
+        for offset, call in calls:
+            try:
+                parts.append(await self._run(call))
+            except ClientError as err:
+                batches.shift(err, offset)
+                raise
+        return batches.join(parts, index)
 
     async def models(self) -> results.ModelInfo:
         return await self._run(self._calls.models())

@@ -9,7 +9,7 @@ from typing import Any
 
 import httpx
 
-from app.client import columnar, results
+from app.client import batches, columnar, results
 from app.client.calls import Requests
 from app.client.core import USER_AGENT, Call, RetryPolicy
 
@@ -64,17 +64,20 @@ class ClientBase:
             rows, results.predict_result, columnar=False, include=include, request_id=rid
         )
 
-    def _columns_call(
-        self, frame: Any, include: Iterable[str] | None, rid: str | None
-    ) -> Call[columnar.ColumnarResult]:
+    def _frame_calls(
+        self, frame: Any, include: Iterable[str] | None, rid: str | None, batch_rows: int
+    ) -> tuple[list[tuple[int, Call[columnar.ColumnarResult]]], Any]:
+        """``([(first row, call), ...], index)``: one call per batch of the frame's rows."""
         rows, index = columnar.frame_rows(frame)
-        return self._calls.predict(
-            rows,
-            lambda body: columnar.columnar_result(body, index),
-            columnar=True,
-            include=include,
-            request_id=rid,
-        )
+        parts = batches.split(rows, batch_rows)
+        calls, offset = [], 0
+        for part, part_id in zip(parts, batches.batch_ids(rid, len(parts)), strict=True):
+            call = self._calls.predict(
+                part, columnar.columnar_result, columnar=True, include=include, request_id=part_id
+            )
+            calls.append((offset, call))
+            offset += len(part)
+        return calls, index
 
     def _weights_call(
         self,

@@ -48,6 +48,8 @@ class ColumnarResult:
     expert_means: Sequence[Sequence[float]] | None = None
     expert_std: Sequence[float] | None = None  # regression: one std per expert
     uncertainty: Mapping[str, Sequence[float]] | None = None
+    # Every batch's request id, in row order, when the frame went in several (one if not).
+    request_ids: tuple[str, ...] = ()
     index: Any = field(default=None, compare=False, repr=False)  # the input frame's index
 
     def __len__(self) -> int:
@@ -130,6 +132,7 @@ def columnar_result(body: Any, index: Any = None) -> ColumnarResult:
         expert_means=experts.get("mean"),
         expert_std=experts.get("std"),
         uncertainty=p.get("uncertainty"),
+        request_ids=(body["request_id"],),
         index=index,
     )
 

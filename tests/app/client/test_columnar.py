@@ -2,13 +2,26 @@
 
 from __future__ import annotations
 
+import asyncio
+from typing import TYPE_CHECKING
+
 import numpy as np
 import pandas as pd
 import pytest
 from app_support import Bundles, instances
 
-from app.client import Client, ColumnarResult, PredictResult
+from app.client import (
+    AsyncClient,
+    Client,
+    ColumnarResult,
+    InvalidInput,
+    PayloadTooLarge,
+    PredictResult,
+)
 from app.client.columnar import frame_rows
+
+if TYPE_CHECKING:
+    from conftest import Serve  # the fixture's type; pytest provides the value
 
 
 def flat(result: PredictResult, experts: list[str], classes: list[str] | None) -> dict:
@@ -142,3 +155,58 @@ def test_pyarrow_table_in_and_out(credit_url: str, bundles: Bundles) -> None:
     assert from_arrow.columns() == from_pandas.columns()
     out = from_arrow.to_arrow()
     assert out.num_rows == 12 and "uncertainty.total" in out.column_names
+
+
+def test_a_frame_over_the_row_limit_goes_in_batches(serve: Serve, bundles: Bundles) -> None:
+    url = serve("demo", IABMA_MAX_BATCH_ROWS="8").base_url
+    frame = bundles.demo.X.iloc[:30].set_axis(range(500, 530))
+    with Client(url) as client:
+        with pytest.raises(PayloadTooLarge, match="IABMA_MAX_BATCH_ROWS"):
+            client.predict_frame(frame, batch_rows=9)
+        cols = client.predict_frame(frame, batch_rows=8, request_id="frame-7")
+        one = [client.predict_frame(frame.iloc[i : i + 8]) for i in range(0, 30, 8)]
+        audited = [client.weights(request_id=f"frame-7.{k}") for k in range(4)]
+    assert len(cols) == 30 and cols.request_ids == (
+        "frame-7.0",
+        "frame-7.1",
+        "frame-7.2",
+        "frame-7.3",
+    )
+    assert cols.request_id == "frame-7.0"
+    got = cols.columns()
+    want: dict[str, list] = {}
+    for part in one:
+        for name, values in part.columns().items():
+            want.setdefault(name, []).extend(values)
+    assert_same(got, want)
+    assert list(cols.to_pandas().index) == list(range(500, 530))
+
+    async def batched() -> ColumnarResult:
+        async with AsyncClient(url) as aclient:
+            return await aclient.predict_frame(frame, batch_rows=8)
+
+    from_async = asyncio.run(batched())
+    assert len(from_async.request_ids) == 4
+    assert_same(from_async.columns(), want)
+    assert [r.n_instances for r in audited] == [8, 8, 8, 6], "each batch is its own record"
+
+
+def test_a_fault_in_a_later_batch_names_its_row_in_the_frame(
+    serve: Serve, bundles: Bundles
+) -> None:
+    url = serve("demo", IABMA_MAX_BATCH_ROWS="8").base_url
+    frame = bundles.demo.X.iloc[:30].astype(object)
+    frame.iloc[17, 0] = "abc"  # two faults in the third batch (rows 16-23), one in the fourth
+    frame.iloc[19, 1] = "def"
+    frame.iloc[27, 1] = "ghi"
+    with Client(url) as client:
+        with pytest.raises(InvalidInput) as bad:
+            client.predict_frame(frame, batch_rows=8)
+        with pytest.raises(ValueError, match="batch_rows must be a whole number >= 1, got 0"):
+            client.predict_frame(frame, batch_rows=0)
+        with pytest.raises(ValueError, match="once batch numbers are added"):
+            client.predict_frame(frame, batch_rows=8, request_id="x" * 127)
+        assert len(client.predict_frame(frame.iloc[:3], request_id="x" * 128)) == 3
+    x1, x2 = frame.columns[:2]
+    assert bad.value.field == f"instances[17].{x1}"
+    assert [d.field for d in bad.value.details] == [f"instances[17].{x1}", f"instances[19].{x2}"]

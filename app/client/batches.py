@@ -1,0 +1,107 @@
+"""A frame larger than one request: split into batches, answers joined back in row order.
+
+The service refuses more than ``IABMA_MAX_BATCH_ROWS`` rows (1000 unless set) in one body,
+so ``predict_frame`` sends ``batch_rows`` rows per request, one after another. Each batch
+is its own audited request: a given ``request_id`` becomes ``<id>.<k>`` for batch ``k``
+(counted from 0) when there are several, and the joined answer lists them all. An error in
+a later batch names the row in the whole frame (``instances[2517].age``), not in its
+batch; the batches before it were answered, and audited, already.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Sequence
+from typing import Any
+
+from app.client.columnar import ColumnarResult
+from app.client.errors import ClientError, FieldError, InvalidResponse
+
+DEFAULT_BATCH_ROWS = 1000  # the service's default IABMA_MAX_BATCH_ROWS
+# The service's rule for X-Request-ID (app.observe.REQUEST_ID).
+REQUEST_ID = re.compile(r"^[A-Za-z0-9._:/+=-]{1,128}$")
+_INSTANCE = re.compile(r"^instances\[(\d+)\]")
+# The fields that hold one entry per row.
+_ROWS = (
+    "label", "probabilities", "mean", "std", "lower", "upper", "weights", "expert_labels",
+    "expert_probabilities", "expert_means",
+)  # fmt: skip
+
+
+def check_batch_rows(batch_rows: int) -> int:
+    if isinstance(batch_rows, bool) or not isinstance(batch_rows, int) or batch_rows < 1:
+        raise ValueError(f"batch_rows must be a whole number >= 1, got {batch_rows!r}")
+    return batch_rows
+
+
+def split(rows: list[Any], batch_rows: int) -> list[list[Any]]:
+    """The rows in batches of at most ``batch_rows``; an empty frame stays one (empty)
+    request, which the service refuses with its own message."""
+    check_batch_rows(batch_rows)
+    return [rows[i : i + batch_rows] for i in range(0, len(rows), batch_rows)] or [rows]
+
+
+def batch_ids(request_id: str | None, batches: int) -> list[str | None]:
+    """Each batch's request id: the caller's as it is for one batch, ``<id>.<k>`` for
+    several, and None (a fresh id per batch) when the caller gave none."""
+    if request_id is None:
+        return [None] * batches
+    ids: list[str | None] = (
+        [request_id] if batches == 1 else [f"{request_id}.{k}" for k in range(batches)]
+    )
+    last = str(ids[-1])
+    if not REQUEST_ID.match(last):
+        raise ValueError(
+            f"request_id {request_id!r} is not a valid X-Request-ID"
+            + (f" once batch numbers are added ({last!r})" if batches > 1 else "")
+            + ": 1-128 characters among letters, digits and ._:/+=-"
+        )
+    return ids
+
+
+def shift(err: ClientError, offset: int) -> ClientError:
+    """``err`` with its ``instances[i]`` fields counted from the frame's first row."""
+    if offset == 0:
+        return err
+
+    def moved(name: str) -> str:
+        return _INSTANCE.sub(lambda m: f"instances[{int(m.group(1)) + offset}]", name, count=1)
+
+    err.field = moved(err.field)
+    err.details = tuple(FieldError(d.code, d.message, moved(d.field)) for d in err.details)
+    return err
+
+
+def join(parts: Sequence[ColumnarResult], index: Any) -> ColumnarResult:
+    """One answer from the batches' answers, in row order, on the frame's ``index``."""
+    first = parts[0]
+    for part in parts[1:]:
+        if (part.version, part.experts, part.classes) != (
+            first.version,
+            first.experts,
+            first.classes,
+        ):
+            raise InvalidResponse(
+                f"the model changed from version {first.version} to {part.version} between "
+                f"batches (request {part.request_id}); send the frame again",
+                request_id=part.request_id,
+            )
+    if len(parts) == 1:
+        return dataclasses.replace(first, index=index)
+    joined: dict[str, Any] = {}
+    for name in _ROWS:
+        values = [getattr(p, name) for p in parts]
+        joined[name] = None if values[0] is None else [v for vs in values for v in vs]
+    if first.uncertainty is not None:
+        joined["uncertainty"] = {
+            k: [v for p in parts for v in (p.uncertainty or {})[k]] for k in first.uncertainty
+        }
+    return dataclasses.replace(
+        first,
+        **joined,
+        n=sum(p.n for p in parts),
+        request_id=first.request_id,
+        request_ids=tuple(p.request_id for p in parts),
+        index=index,
+    )
