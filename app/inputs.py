@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import math
 import re
-import unicodedata
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
@@ -27,11 +26,13 @@ import numpy as np
 from app.body import NonFinite
 from app.bundle.columns import Columns, numeric_column, string_column
 from app.bundle.manifest import Manifest
-from app.bundle.normalise import CategoryMap, Normaliser, Problem, json_repr
+from app.bundle.normalise import CategoryMap, Normaliser, Problem, json_repr, loose, visible
 from app.errors import Fault, InvalidInput, TooManyRows
 
 FLOAT32_MAX = 3.4028234663852886e38
 MAX_FAULTS = 20
+# pandas' and iabma train's name for a column with an empty header.
+_UNNAMED = re.compile(r"Unnamed: \d+(?:\.\d+)?")
 _NUMBER = re.compile(r"^[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?$")
 _NON_FINITE = re.compile(r"^[+-]?(inf|infinity)$", re.IGNORECASE)
 
@@ -85,20 +86,30 @@ class FeatureTable:
 
     @cached_property
     def _by_loose_name(self) -> dict[str, str]:
-        return {_loose(n): n for n in self.names}
+        return {loose(n): n for n in self.names}
 
     def near_hint(self, key: str) -> str:
         """For a name that differs from one of the model's only in spaces (surrounding,
-        repeated, or of another kind such as a no-break space), case, or Unicode form,
-        which look alike in a message: which one was meant."""
-        near = self._by_loose_name.get(_loose(key))
+        repeated, or of another kind such as a no-break space), case, Unicode form or
+        characters that print as nothing (a byte-order mark), which look alike in a
+        message: which one was meant. For an empty name, as a CSV reader gives an unnamed
+        column, the model's ``Unnamed: N`` columns, as pandas names them."""
+        near = self._by_loose_name.get(loose(key))
+        if near is None and not loose(key):
+            unnamed = [n for n in self.names if _UNNAMED.fullmatch(n)]
+            if unnamed:
+                shown = " or ".join(f'"{n}"' for n in unnamed)
+                return (
+                    f"; a column with an empty header is called {shown} by this model (as "
+                    "pandas and iabma train name it); send it under that name"
+                )
         if near is None or near == key:
             return ""
-        # A no-break space or a tab is shown escaped: printed, it looks like a space.
-        shown = "".join(
-            f"\\u{ord(ch):04x}" if ch.isspace() and ch != " " else ch for ch in json_repr(near)
+        # Printed, a no-break space looks like a space and a byte-order mark like nothing.
+        seen = f' "{visible(key)}"' if visible(key) != key else ""
+        return (
+            f'{seen}; did you mean "{visible(near)}"? names match exactly, spaces and case included'
         )
-        return f"; did you mean {shown}? names match exactly, spaces and case included"
 
     def number(self, value: Any) -> tuple[float | None, Problem | None]:
         if isinstance(value, NonFinite):
@@ -110,9 +121,12 @@ class FeatureTable:
         if problem is not None or number is None:
             return None, problem
         if not math.isfinite(number):
-            return None, ("not_finite", f"{value!r} is not a finite number")
+            return None, ("not_finite", f"{json_repr(value)} is not a finite number")
         if abs(number) > FLOAT32_MAX:
-            return None, ("out_of_range", f"{value!r} is outside the float32 range the model uses")
+            return None, (
+                "out_of_range",
+                f"{json_repr(value)} is outside the float32 range the model uses",
+            )
         return number, None
 
     def category(self, name: str, value: Any) -> tuple[str | None, Problem | None]:
@@ -297,9 +311,3 @@ def query_row(params: Mapping[str, str], table: FeatureTable) -> dict[str, Any]:
         else:
             row[key] = text
     return row
-
-
-def _loose(name: str) -> str:
-    """A name as it looks: NFKC (a no-break space reads as a space, composed and decomposed
-    letters alike), runs of spaces as one, no surrounding spaces, any case."""
-    return " ".join(unicodedata.normalize("NFKC", name).split()).casefold()

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import math
 import re
+import unicodedata
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
@@ -51,11 +52,12 @@ Decimal = Literal[".", ","]
 def json_repr(value: object) -> str:
     """A value as a client would recognise it in an error message."""
     if isinstance(value, str):
-        return f'"{value[:40]}"' + ("..." if len(value) > 40 else "")
+        return f'"{visible(value[:40])}"' + ("..." if len(value) > 40 else "")
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, (int, float)):
-        return repr(value)
+        text = repr(value)
+        return text if len(text) <= 40 else f"{text[:40]}... ({len(text)} characters)"
     if value is None:
         return "null"
     if isinstance(value, dict):
@@ -63,6 +65,37 @@ def json_repr(value: object) -> str:
     if isinstance(value, list):
         return "an array"
     return type(value).__name__
+
+
+# What prints as nothing: format characters (a byte-order mark, a zero-width space),
+# controls, line and paragraph separators; and emoji variation selectors.
+_HIDDEN = frozenset({"Cf", "Cc", "Co", "Cn", "Zl", "Zp"})
+
+
+def _hidden(ch: str) -> bool:
+    return unicodedata.category(ch) in _HIDDEN or 0xFE00 <= ord(ch) <= 0xFE0F
+
+
+def visible(text: str) -> str:
+    """``text`` with what prints as nothing, or as a plain space, escaped as ``\\uXXXX``;
+    in text not in NFC form, combining marks too, so that two forms of one word differ on
+    screen (``"Zu\\u0308rich"`` beside ``"Zürich"``)."""
+    marks = not unicodedata.is_normalized("NFC", text)
+    out = []
+    for ch in text:
+        if ch != " " and (ch.isspace() or _hidden(ch) or (marks and unicodedata.combining(ch))):
+            out.append(f"\\u{ord(ch):04x}" if ord(ch) <= 0xFFFF else f"\\U{ord(ch):08x}")
+        else:
+            out.append(ch)
+    return "".join(out)
+
+
+def loose(text: str) -> str:
+    """Text as it looks: NFKC (a no-break space reads as a space, composed and decomposed
+    letters alike), with nothing that prints as nothing, runs of spaces as one, no
+    surrounding spaces, in any case."""
+    shown = "".join(ch for ch in unicodedata.normalize("NFKC", text) if not _hidden(ch))
+    return " ".join(shown.split()).casefold()
 
 
 @dataclass(frozen=True)
@@ -152,16 +185,34 @@ class CategoryMap:
         object.__setattr__(self, "_by_value", {k: v for k, v in by_value.items() if v is not None})
 
     def shown(self, limit: int = 20) -> str:
-        head = ", ".join(f'"{c}"' for c in self.categories[:limit])
+        head = ", ".join(f'"{visible(c)}"' for c in self.categories[:limit])
         more = len(self.categories) - limit
         return f"[{head}{f', ... {more} more' if more > 0 else ''}]"
+
+    def near(self, value: object) -> str | None:
+        """The category that looks like ``value`` (another case, Unicode form or spacing)."""
+        if not isinstance(value, str):
+            return None
+        by_look = self.__dict__.get("_by_look")
+        if by_look is None:  # built on the first miss: hits never need it
+            by_look = {loose(c): c for c in self.categories}
+            object.__setattr__(self, "_by_look", by_look)
+        found: str | None = by_look.get(loose(value))
+        return found
 
     def _unseen(self, value: object) -> tuple[str | None, Problem | None]:
         if self.other:
             return OTHER_CATEGORY, None
+        near = self.near(value)
+        hint = (
+            f"; did you mean {json_repr(near)}? categories match exactly, case and Unicode "
+            "form included"
+            if near is not None
+            else ""
+        )
         return None, (
             "unknown_category",
-            f"unknown category {json_repr(value)}; known: {self.shown()} "
+            f"unknown category {json_repr(value)}{hint}; known: {self.shown()} "
             "(send null for a missing value)",
         )
 

@@ -79,7 +79,23 @@ CASES = [
         422,
         "unknown_feature",
         "instances[0].\uff58\uff11\u00a0",
-        'unknown feature; did you mean "x1"?',
+        'unknown feature "\uff58\uff11\\u00a0"; did you mean "x1"?',
+    ),
+    Case(
+        "a feature name behind a byte-order mark",  # a UTF-8 file read as utf-8, not utf-8-sig
+        rows({"\ufeffx1": 1.0, "x2": 1.0}),
+        422,
+        "unknown_feature",
+        "instances[0].\ufeffx1",
+        'unknown feature "\\ufeffx1"; did you mean "x1"?',
+    ),
+    Case(
+        "an out-of-range number of 1,500 digits is not echoed whole",
+        rows({"x1": "9" * 1500, "x2": 1.0}),
+        422,
+        "not_finite",
+        "instances[0].x1",
+        '"9999999999999999999999999999999999999999"... is not a finite number',
     ),
     Case(
         "string for a number",

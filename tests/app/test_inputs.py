@@ -1,8 +1,9 @@
-"""The feature table's hint for names that look like one of the model's."""
+"""The feature table's hint for names that look like one of the model's, and the category
+map's for categories that look like a known one."""
 
 from __future__ import annotations
 
-from app.bundle.normalise import Normaliser
+from app.bundle.normalise import CategoryMap, Normaliser
 from app.inputs import FeatureTable
 
 
@@ -29,3 +30,29 @@ def test_names_that_look_alike_and_names_that_do_not() -> None:
     assert 'did you mean "Wohnfläche m²"' in t.near_hint("Wohnfla\u0308che  M2")  # NFD, ² as 2
     assert t.near_hint("x1") == ""  # the name itself
     assert t.near_hint("x2") == ""  # a different name
+
+
+def test_the_long_name_hinted_is_shown_whole() -> None:
+    name = "Average monthly recurring revenue per account " * 4
+    assert f'did you mean "{name.strip()}"?' in table(name.strip()).near_hint(name)
+
+
+def test_an_empty_name_is_pointed_at_the_models_unnamed_columns() -> None:
+    # csv.DictReader names a column with an empty header "", pandas "Unnamed: 0".
+    t = table("Unnamed: 0", "Unnamed: 3.1", "x1")
+    assert '"Unnamed: 0" or "Unnamed: 3.1" by this model' in t.near_hint("")
+    assert "Unnamed" in t.near_hint(" ")
+    assert table("x1").near_hint("") == ""
+
+
+def test_a_category_in_another_form_or_case_is_hinted_and_shown_apart() -> None:
+    cats = CategoryMap(("Köln", "Zürich", "Tokyo 🗼"), Normaliser())
+    _, problem = cats.lookup("Zu\u0308rich")  # NFD, as macOS file names give it
+    assert problem is not None and problem[0] == "unknown_category"
+    assert problem[1].startswith('unknown category "Zu\\u0308rich"; did you mean "Zürich"?')
+    _, problem = cats.lookup("Tokyo 🗼\ufe0f")  # an emoji with its variation selector
+    assert problem is not None and 'did you mean "Tokyo 🗼"?' in problem[1]
+    assert '"Tokyo 🗼\\ufe0f"' in problem[1]
+    _, problem = cats.lookup("Berlin")
+    assert problem is not None and "did you mean" not in problem[1]
+    assert cats.lookup("Zürich") == ("Zürich", None)
