@@ -11,6 +11,7 @@ one line and exit code 1. ``--debug`` shows the traceback instead.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import traceback
 import warnings
@@ -63,7 +64,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             warnings.filterwarnings("always", category=DataWarning)
             warnings.showwarning = _warning_printer(args.command)
         try:
-            return int(args.run(args) or 0)
+            code = int(args.run(args) or 0)
+            sys.stdout.flush()  # a reader gone shows here, not as noise at exit
+            return code
         except IABMAError as exc:
             if args.debug:
                 traceback.print_exc()
@@ -71,6 +74,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 2
         except KeyboardInterrupt:
             return 130
+        except BrokenPipeError:
+            # The reader went away (``iabma check ... | head``): end quietly, as a Unix tool
+            # does, with the code a shell gives a process that SIGPIPE ended.
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+            return 141
         except Exception as exc:
             if args.debug:
                 raise

@@ -112,12 +112,12 @@ def read_text_frame(path: Path | str, encoding: str | None = None) -> tuple[pd.D
         header = next(csv.reader(io.StringIO(text), delimiter=delimiter))
     except (csv.Error, StopIteration) as exc:
         raise CsvError(path, f"has no readable header: {exc}") from None
-    names = [h if h != "" else f"Unnamed: {i}" for i, h in enumerate(header)]
     seen: set[str] = set()
-    for name in names:
-        if name in seen:
+    for name in header:
+        if name != "" and name in seen:
             raise CsvError(path, "appears twice in the header; column names must be unique", name)
         seen.add(name)
+    names = _unnamed(header)
     spaced = [n for n in names if n != n.strip()]
     if spaced:
         warnings.warn(
@@ -158,6 +158,23 @@ def read_text_frame(path: Path | str, encoding: str | None = None) -> tuple[pd.D
     if len(df) == 0:
         raise CsvError(path, "has a header but no data rows")
     return df, delimiter
+
+
+def _unnamed(header: list[str]) -> list[str]:
+    """Empty header cells named as pandas names them: ``Unnamed: <position>``, with ``.1``,
+    ``.2`` ... when the file has that name already (a frame read with its index and written
+    again has both ``""`` and ``Unnamed: 0``), so that a pandas client's columns match."""
+    taken = set(header)
+    names = []
+    for i, h in enumerate(header):
+        if h == "":
+            h, k = f"Unnamed: {i}", 0
+            while h in taken:
+                k += 1
+                h = f"Unnamed: {i}.{k}"
+            taken.add(h)
+        names.append(h)
+    return names
 
 
 def _check_widths(path: Path, text: str, delimiter: str, width: int) -> None:

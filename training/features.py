@@ -29,7 +29,7 @@ from app.bundle.columns import Columns, numeric_column, string_column
 from app.bundle.manifest import MISSING_TOKEN, FeatureSpec, InputRule
 from app.bundle.normalise import OTHER_CATEGORY, CategoryMap, Normaliser
 from training.errors import DataWarning, ParameterError
-from training.hints import warn_dates, warn_mostly_numeric
+from training.hints import warn_dates, warn_lookalikes, warn_mostly_numeric
 
 MAX_CATEGORIES = 1000
 _UNSAFE = re.compile(r"[^A-Za-z0-9_]")
@@ -284,6 +284,7 @@ def _infer_one(
     if not counts:
         raise ParameterError("X", name, "is empty: every value is missing; drop the column")
     warn_dates(name, counts)
+    warn_lookalikes(f"column {name!r}", counts)
     other = len(counts) > max_categories
     if other:
         ranked = sorted(counts, key=lambda c: (-counts[c], c))[:max_categories]

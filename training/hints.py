@@ -8,16 +8,20 @@ about it rather than find it in the manifest.
 from __future__ import annotations
 
 import re
+import shlex
 import warnings
 from collections import Counter
+from collections.abc import Iterable
 
 import numpy as np
 import pandas as pd
 
+from app.bundle.normalise import json_repr, loose
 from training.errors import DataWarning
 
 # Units, currency signs and thousands spaces around a number ("82.1%", "37 684,73 €").
 _DECORATION = re.compile(r"[\s\u00a0\u202f'%‰€$£¥]")
+_DASHES = frozenset({"-", "\u2013", "\u2014"})
 _PLAIN_NUMBER = re.compile(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?", re.ASCII)
 
 
@@ -39,15 +43,19 @@ def warn_mostly_numeric(name: str, n_numbers: int, odd: Counter) -> None:
     units and separators ("82.1%", "37 684,73"), is common. Either way the column becomes
     categorical, which the user should hear about rather than find in the manifest."""
     n_odd = sum(odd.values())
-    n_decorated = sum(n for t, n in odd.items() if _decorated_number(t))
-    if n_decorated and n_numbers + n_decorated >= 0.9 * (n_numbers + n_odd):
-        shown = ", ".join(repr(t) for t, _ in odd.most_common(3))
+    decorated = Counter({t: n for t, n in odd.items() if _decorated_number(t)})
+    n_decorated = sum(decorated.values())
+    # An accounting export writes zero as a lone dash.
+    n_dash = sum(n for t, n in odd.items() if t in _DASHES)
+    if n_decorated and n_numbers + n_decorated + n_dash >= 0.9 * (n_numbers + n_odd):
+        shown = ", ".join(repr(t) for t, _ in decorated.most_common(3))
+        dashes = f", and {n_dash} cells of a lone dash (0 in an accounting export)" * bool(n_dash)
         warnings.warn(
             f"column {name!r} holds numbers written as text in {n_decorated} cells (e.g. "
-            f"{shown}); it is treated as categorical. To use it as a number, write plain "
-            "numbers in the file (no units, currency signs, points or commas between "
-            "thousands, or parentheses for negatives; one decimal mark; digits grouped in "
-            "threes by spaces are read)",
+            f"{shown}){dashes}; it is treated as categorical. To use it as a number, write "
+            "plain numbers in the file (no units, currency signs, points or commas between "
+            "thousands, parentheses for negatives or dashes for zero; one decimal mark; "
+            "digits grouped in threes by spaces are read)",
             DataWarning,
             stacklevel=4,
         )
@@ -58,10 +66,19 @@ def warn_mostly_numeric(name: str, n_numbers: int, odd: Counter) -> None:
     warnings.warn(
         f"column {name!r} is numeric except for {n_odd} cells holding {shown}; it is "
         "treated as categorical. If those mean 'missing', pass them as na_values "
-        "(--na-values on the command line)",
+        f"({na_values_option(t for t, _ in odd.most_common())} on the command line)",
         DataWarning,
         stacklevel=4,
     )
+
+
+def na_values_option(texts: Iterable[str]) -> str:
+    """``--na-values`` as a shell takes it: a text that starts with ``-`` needs the ``=``
+    form, or it reads as another option."""
+    texts = list(texts)
+    plain = [shlex.quote(t) for t in texts if not t.startswith("-")]
+    dashed = [f"--na-values={shlex.quote(t)}" for t in texts if t.startswith("-")]
+    return " ".join(([f"--na-values {' '.join(plain)}"] if plain else []) + dashed)
 
 
 # Dates as spreadsheets and databases write them: ISO (with a time), or day and month in
@@ -116,6 +133,26 @@ def warn_identifier(where: str, name: str, col: pd.Series) -> None:
     warnings.warn(
         f"{where}: column {name!r} holds {what}; if it is one, drop it (--drop): the "
         "models would learn from the numbering, or from values no later row will have",
+        DataWarning,
+        stacklevel=3,
+    )
+
+
+def warn_lookalikes(what: str, values: Iterable[str]) -> None:
+    """Values that differ only in case, spacing or Unicode form (``yes`` and ``Yes``,
+    ``Zürich`` composed and decomposed) are different categories, or classes, to the
+    models, and look alike in any report; the user should hear about it."""
+    groups: dict[str, list[str]] = {}
+    for v in values:
+        groups.setdefault(loose(v), []).append(v)
+    alike = [g for g in groups.values() if len(g) > 1]
+    if not alike:
+        return
+    shown = "; ".join(" / ".join(json_repr(v) for v in sorted(g)) for g in alike[:3])
+    more = f" and {len(alike) - 3} more groups" if len(alike) > 3 else ""
+    warnings.warn(
+        f"{what}: values that differ only in case, spaces or Unicode form are kept apart: "
+        f"{shown}{more}; make them one in the file if they mean the same",
         DataWarning,
         stacklevel=3,
     )

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import re
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -31,6 +33,7 @@ def trained(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     df["price"] = 3 * df["house size (m²)"] + 40 * (df["contract-type"] == "unknown")
     df["price"] += rng.normal(0, 10, n).round(2)
     df.loc[5, "price"] = np.nan
+    df.loc[5, "contract-type"] = "prepaid"  # a category only a row without a target holds
     path = tmp / "houses.csv"
     df.to_csv(path, index=False)
     store = tmp / "store"
@@ -53,7 +56,10 @@ def test_the_training_file_replays_and_reproduces_the_metrics(
     path, store = trained
     code, out = check(capsys, store, path)
     assert code == 0, out
-    assert "accepted 400 rows, refused 0" in out
+    assert "accepted 399 rows, refused 0" in out
+    # Training dropped the row without a target, and "prepaid" with it: refused, apart.
+    assert "also refused 1 row without a target" in out
+    assert "      6  contract-type" in out and 'unknown category "prepaid"' in out
     assert "metrics on 80 rows (the training run's test rows)" in out
     assert "every metric is within 0.0001 of the recorded one" in out
 
@@ -69,7 +75,7 @@ def test_refused_rows_are_listed_and_fail_the_check(
     df.to_csv(new, index=False)
     code, out = check(capsys, store, new)
     assert code == 1
-    assert "accepted 398 rows, refused 2" in out
+    assert "accepted 397 rows, refused 2" in out
     assert "      3  contract-type" in out and "unknown_category" in out
     assert "      8  house size (m²)" in out and "wrong_type" in out
     # Not the training file any more: metrics are shown, not compared.
@@ -79,7 +85,8 @@ def test_refused_rows_are_listed_and_fail_the_check(
     new.write_text("".join(lines[:6] + lines[:1] + lines[6:]))
     code, out = check(capsys, store, new)
     assert code == 1 and "dropped 1 row repeating the header (data row 6)" in out
-    assert "accepted 398 rows, refused 2" in out
+    assert "accepted 397 rows, refused 2" in out
+    assert "      7  contract-type" in out, "the row without a target, past the header copy"
     assert "      3  contract-type" in out and "      9  house size (m²)" in out
 
 
@@ -94,7 +101,7 @@ def test_the_training_file_with_its_header_repeated_still_matches(
     joined.write_text("".join(lines[:201] + lines[:1] + lines[201:]))
     code, out = check(capsys, store, joined)
     assert code == 0, out
-    assert "accepted 400 rows, refused 0" in out
+    assert "accepted 399 rows, refused 0" in out
     assert "metrics on 80 rows (the training run's test rows)" in out
     assert "every metric is within 0.0001 of the recorded one" in out
 
@@ -140,3 +147,17 @@ def test_a_bundle_remembers_its_files_encoding(
     assert "every metric is within 0.0001 of the recorded one" in out
     # Six-figure metrics keep their columns apart.
     assert re.search(r"\nrmse +\d{5,}\.\d{6} +\d{5,}\.\d{6} +[+-]", out), out
+
+
+def test_a_reader_gone_ends_the_check_quietly(trained: tuple[Path, Path], tmp_path: Path) -> None:
+    """``iabma check ... | head -1``: no 'internal error', the shell's code for SIGPIPE."""
+    path, store = trained
+    argv = [sys.executable, "-m", "training.cli", "check", "--store", str(store), "--name",
+            "houses", "--csv", str(path)]  # fmt: skip
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdout is not None and proc.stderr is not None
+    first = proc.stdout.readline()
+    proc.stdout.close()  # as head does after its line
+    err = proc.stderr.read().decode()
+    assert proc.wait(120) == 141, err
+    assert first.startswith(b"replaying 400 rows") and "error" not in err

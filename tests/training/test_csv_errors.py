@@ -9,6 +9,7 @@ before fitting, which is all these cases need.
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 
 import numpy as np
@@ -151,7 +152,7 @@ def test_a_column_with_too_many_levels_is_capped(
     code, out, err = train(capsys, write(tmp_path, table(n, ident=[f"id{i}" for i in range(n)])))
     assert code == 0, err
     assert "column 'ident' has 1500 distinct values; keeping the 1000 most frequent" in err
-    assert "1001 (capped; the rest in '__other__')" in out
+    assert "1000 (capped; the rest in '__other__')" in out
 
 
 def test_a_semicolon_file_with_decimal_commas_is_read(
@@ -352,3 +353,57 @@ def test_column_names_with_no_break_spaces_get_a_hint(
     code, _out, err = train(capsys, write(tmp_path, renamed))
     assert code == 0, err
     assert "column names ['a\\xa0x'] hold spaces other than the plain one" in err
+
+
+def test_a_pandas_round_trip_names_its_unnamed_columns_as_pandas_does(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A frame read with its index and written again: header ",Unnamed: 0,a,b,y".
+    frame = pd.read_csv(io.StringIO(table()))
+    frame.insert(0, "Unnamed: 0", range(len(frame)))
+    path = write(tmp_path, frame.to_csv())
+    code, _out, err = train(capsys, path, "--drop", "Unnamed: 0", "Unnamed: 0.1")
+    assert code == 0, err
+    assert list(pd.read_csv(path).columns[:2]) == ["Unnamed: 0.1", "Unnamed: 0"], "pandas' names"
+    assert "appears twice" not in err
+    code, _out, err = train(capsys, write(tmp_path, "a,a,y\n" + "1,2,x\n" * 80))
+    assert_refused(code, err, "column 'a': appears twice in the header")
+
+
+def test_na_values_add_up_and_take_a_leading_dash(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    ratio = [f"{v / 7:.3f}" for v in range(80)]
+    ratio[3], ratio[11], ratio[20] = "Inf", "-Inf", "#DIV/0!"  # an R export, a spreadsheet
+    path = write(tmp_path, table(ratio=ratio))
+    code, _out, err = train(capsys, path)
+    assert code == 0 and "--na-values Inf '#DIV/0!' --na-values=-Inf" in err, err
+    code, out, err = train(capsys, path, "--na-values", "Inf", "#DIV/0!", "--na-values=-Inf")
+    assert code == 0, err
+    assert "plus ['#DIV/0!', '-Inf', 'Inf']" in out
+    assert "ratio                        f_ratio                      numeric" in out
+
+
+def test_dashes_for_zero_keep_the_hint_for_numbers_written_as_text(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    margin = [f"({v / 3:.1f}%)" if v % 2 else f"{v / 3:.1f}%" for v in range(80)]
+    for i in range(0, 80, 6):
+        margin[i] = "-"  # 14 of 80 cells: an accounting export's zero
+    code, _out, err = train(capsys, write(tmp_path, table(margin=margin)))
+    assert code == 0, err
+    assert "column 'margin' holds numbers written as text in 66 cells" in err
+    assert "and 14 cells of a lone dash (0 in an accounting export)" in err
+
+
+def test_values_alike_but_for_case_or_unicode_form_get_a_hint(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    city = ["Z\u00fcrich", "Zu\u0308rich", "K\u00f6ln", "Bern"] * 20  # composed, decomposed
+    labels = ["yes", "Yes", "no", "NO "] * 20
+    path = write(tmp_path, table(city=city, y=labels))
+    code, _out, err = train(capsys, path)
+    assert code == 0, err
+    assert "column 'city': values that differ only in case, spaces or Unicode form" in err
+    assert '"Zu\\u0308rich" / "Z\u00fcrich"' in err
+    assert "target 'y': values that differ only in case" in err and '"NO" / "no"' in err

@@ -5,8 +5,9 @@ numbers, the rest as strings) through the same validation and graphs as ``POST /
 Rows the bundle refuses are listed with the reason. When the file is the one the bundle was
 trained on (its training rows hash to the manifest's data fingerprint), the test rows are
 re-derived and their metrics must equal the ones recorded at training time; on any other
-file the metrics are shown next to the recorded ones. Exit code 1 on any refused row or
-mismatch, 2 for bad arguments.
+file the metrics are shown next to the recorded ones. Rows without a target were not
+trained on, so what only they hold (a category no other row has) may be refused; they are
+listed apart. Exit code 1 on any other refused row or mismatch, 2 for bad arguments.
 """
 
 from __future__ import annotations
@@ -91,10 +92,25 @@ def run(args: argparse.Namespace) -> int:
     # Rows repeating the header were dropped: name the others by their row in the file.
     file_rows = text.index.to_numpy() + 1
     refused = [dataclasses.replace(r, row=int(file_rows[r.row - 1])) for r in refused]
+    unlabelled: list[Refusal] = []
+    if target in text.columns:
+        # Training drops rows without a target, and with them what only they hold (a
+        # category no labelled row has): refusing those is the bundle being right.
+        rule = manifest.input_rule.normaliser()
+        empty = {int(file_rows[i]) for i, v in enumerate(text[target]) if _label(v, rule) is None}
+        unlabelled = [r for r in refused if r.row in empty]
+        refused = [r for r in refused if r.row not in empty]
     failed = bool(refused)
-    print(f"accepted {len(rows) - len(refused)} rows, refused {len(refused)}")
+    print(f"accepted {len(rows) - len(refused) - len(unlabelled)} rows, refused {len(refused)}")
     if refused:
         print(_refusal_table(refused, args.show))
+    if unlabelled:
+        n = len({r.row for r in unlabelled})
+        print(
+            f"also refused {n} row{'s' if n != 1 else ''} without a target, which training "
+            "dropped along with any value only they hold; not counted as failures:"
+        )
+        print(_refusal_table(unlabelled, args.show))
     if target not in text.columns:
         print(f"no target column {target!r} in the file: predictions only, no metrics")
         return 1 if failed else 0

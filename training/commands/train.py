@@ -90,10 +90,12 @@ def add_rule_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--na-values",
         nargs="+",
+        action="extend",
         default=None,
         metavar="TEXT",
         help="text that means a missing value, besides pandas' read_csv defaults ('', 'NA', "
-        "'NaN', 'null', 'N/A', 'None', ...); e.g. --na-values '?' unknown",
+        "'NaN', 'null', 'N/A', 'None', ...); e.g. --na-values '?' unknown; repeat the "
+        "option to add more, and write a text starting with '-' as --na-values=-Inf",
     )
     p.add_argument(
         "--no-default-na",
@@ -173,9 +175,12 @@ def check_class_sizes(source: Any, target: str, data: Any, train: Any, cv: int) 
 def describe(train: Any, test: Any, max_categories: int) -> str:
     """What training would see: rows, the target, and how every column is read."""
     from training.features import FeatureSchema
+    from training.hints import warn_lookalikes
 
     schema = FeatureSchema.infer(train.X, rule=train.rule, max_categories=max_categories)
     y = train.y
+    if train.task == "classification":
+        warn_lookalikes(f"target {y.name!r}", [str(v) for v in y.unique()])
     target = (
         f"{y.nunique()} classes: {', '.join(map(str, sorted(y.unique(), key=str)[:10]))}"
         if train.task == "classification"
@@ -195,7 +200,7 @@ def describe(train: Any, test: Any, max_categories: int) -> str:
     for f in schema.features:
         col = train.X[f.name]
         n_missing = int(col.isna().sum())
-        levels = "" if f.categories is None else str(len(f.categories))
+        levels = "" if f.categories is None else str(len(f.categories) - f.other)
         if f.other:
             levels += " (capped; the rest in '__other__')"
         kind = "numeric" if f.dtype == "float" else "categorical"

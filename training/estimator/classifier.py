@@ -15,6 +15,7 @@ from app.bundle.mixture import (
 from training.errors import ParameterError
 from training.estimator.base import _IABMABase
 from training.evidence import Evidence, classification_evidence
+from training.hints import warn_lookalikes
 
 
 class IABMAClassifier(ClassifierMixin, _IABMABase):
@@ -77,6 +78,8 @@ class IABMAClassifier(ClassifierMixin, _IABMABase):
 
     def _fit_target(self, y: pd.Series) -> np.ndarray:
         self.classes_, codes = np.unique(self._labels(y), return_inverse=True)
+        if self.classes_.dtype.kind not in "iub":
+            warn_lookalikes(f"target {y.name!r}", [str(c) for c in self.classes_])
         if len(self.classes_) < 2:
             raise ParameterError(
                 "y", self.classes_.tolist(), "has a single class; need at least two"
