@@ -55,6 +55,12 @@ def parse_time_us(name: str, text: str) -> int:
         ) from None
     if stamp.tzinfo is None:
         stamp = stamp.replace(tzinfo=UTC)
+    try:
+        stamp.astimezone(UTC)  # 0001-01-01T00:00+01:00 is in the year 0 there
+    except OverflowError:
+        raise InvalidInput(
+            [Fault("invalid_value", name, f"{text!r} is outside the years 1 to 9999 in UTC")]
+        ) from None
     delta = stamp - _EPOCH
     return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
 

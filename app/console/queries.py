@@ -65,7 +65,9 @@ def count(store: AuditStore, flt: RecordFilter) -> int:
 
 def _edges(lo: int, hi: int, buckets: int) -> np.ndarray:
     width = max(1, -(-(hi - lo) // buckets))
-    return lo + width * np.arange(buckets + 1, dtype=np.int64)
+    edges = np.minimum(lo + width * np.arange(buckets + 1, dtype=np.int64), hi)
+    edges[-1] = hi  # the width rounded up: the last bucket ends at hi, not past it
+    return np.unique(edges)
 
 
 def _whole_edges(lo: int, hi: int, buckets: int) -> np.ndarray:
@@ -119,19 +121,22 @@ def _take(values: tuple[Any, ...], pick: Any) -> Any:
 def timeline(
     store: AuditStore, flt: RecordFilter, buckets: int = MAX_BUCKETS, now: int | None = None
 ) -> dict[str, Any]:
-    """Buckets of equal width from ``since`` (or the first record) to ``until`` (or just
+    """Up to ``buckets`` buckets from ``since`` (or the first record) to ``until`` (or just
     past the last); each holds its records' totals, as ``Totals.json``.
 
     Over ``buckets`` times ten minutes or more, the inner edges fall on the stored sums'
-    ten minutes, and the sums are read where ``GET /weights`` reads them
-    (:meth:`AuditStore.summed_span`), so that weeks of trail cost a row per ten minutes;
-    the records are read only at the window's edges. A shorter window reads its records.
+    ten minutes (so the first and the last bucket may be shorter than the others), and the
+    sums are read where ``GET /weights`` reads them (:meth:`AuditStore.summed_span`), so
+    that weeks of trail cost a row per ten minutes; the records are read only at the
+    window's edges. A shorter window reads its records, in buckets of equal width.
     """
     span = _span(store, flt)
     if span is None:
         return {"experts": [], "buckets": [], "versions": {}, "overall": Totals().json([])}
     lo = flt.since_us if flt.since_us is not None else span[0]
     hi = flt.until_us if flt.until_us is not None else span[1] + 1
+    # Read up to the last edge only: a record committed meanwhile lies past it.
+    flt = replace(flt, until_us=hi)
     if hi - lo >= buckets * rollup.BUCKET_US:
         lo = lo if flt.since_us is not None else rollup.floor_bucket(lo)
         edges = _whole_edges(lo, hi, buckets)
@@ -148,6 +153,9 @@ def timeline(
 def _binned(pieces: list[tuple[Any, ...]], edges: np.ndarray) -> dict[str, Any]:
     if not pieces:
         return {"experts": [], "buckets": [], "versions": {}, "overall": Totals().json([])}
+    # In time order, so that experts are listed as they first appear, whichever table
+    # (stored sums or records) each piece came from.
+    pieces = sorted(pieces, key=lambda piece: int(piece[0]))
     times_l, experts_l, versions_l, count_l, n_l, sums_l, tops_l = zip(*pieces, strict=True)
     all_times = np.asarray(times_l, dtype=np.int64)
     all_count = np.asarray(count_l, dtype=np.int64)

@@ -180,3 +180,41 @@ def test_the_manifest_records_numeric_training_ranges(bundles: Bundles) -> None:
     bad["features"][0]["low"], bad["features"][0]["high"] = 2.0, 1.0
     with pytest.raises(ValidationError, match="low must not exceed high"):
         Manifest.model_validate(bad)
+
+
+@pytest.mark.parametrize("hours", [2, 30], ids=["records", "stored sums"])
+def test_a_record_committed_while_the_timeline_reads_stays_out_of_it(
+    trail: Trail, monkeypatch: pytest.MonkeyPatch, hours: int
+) -> None:
+    store = AuditStore(trail.url, 10.0)
+    store.prepare()
+    store.insert(spread(np.random.default_rng(9), 200, hours=hours))
+    late = dataclasses.replace(spread(np.random.default_rng(10), 1, hours=0.01)[0],
+                               request_id="late", created_us=NOW + 60_000_000)  # fmt: skip
+    span = queries._span
+
+    def span_then_commit(store_: AuditStore, flt: RecordFilter) -> tuple[int, int] | None:
+        found = span(store_, flt)
+        store.insert([late])  # as the writer would, between the timeline's reads
+        return found
+
+    monkeypatch.setattr(queries, "_span", span_then_commit)
+    data = queries.timeline(store, RecordFilter("demo"), now=NOW + 120_000_000)
+    assert data["overall"]["records"] == 200
+    for bucket in data["buckets"]:
+        want = bucket_from_records(store, RecordFilter("demo"), bucket)
+        assert bucket["records"] == want["records"]
+    store.close()
+
+
+def test_short_buckets_end_at_until(tmp_path: Path) -> None:
+    store = AuditStore(f"sqlite:///{tmp_path / 'audit.db'}", 10)
+    store.prepare()
+    store.insert(spread(np.random.default_rng(11), 50, hours=1))
+    until = NOW - 600_000_001
+    flt = RecordFilter("demo", NOW - 2 * HOUR + 7, until)
+    data = queries.timeline(store, flt, now=NOW)
+    assert parse_time_us("end", data["buckets"][-1]["end"]) == until
+    for bucket in data["buckets"]:
+        assert bucket["records"] == bucket_from_records(store, flt, bucket)["records"]
+    store.close()
