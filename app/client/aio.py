@@ -56,8 +56,14 @@ class AsyncClient(ClientBase):
         *,
         include: Iterable[str] | None = None,
         request_id: str | None = None,
+        batch_rows: int = batches.DEFAULT_BATCH_ROWS,
     ) -> results.PredictResult:
-        return await self._run(self._predict_call(rows, include, request_id))
+        """One prediction per row (a mapping of feature name to value; None is missing).
+
+        More rows than ``batch_rows`` go in several requests, one after another
+        (:mod:`app.client.batches`); an error names its row among all the rows."""
+        calls = self._predict_calls(rows, include, request_id, batch_rows)
+        return batches.join_rows(await self._run_batches(calls))
 
     async def predict_frame(
         self,
@@ -73,6 +79,9 @@ class AsyncClient(ClientBase):
         Frames longer than ``batch_rows`` go in several requests, one after another
         (:mod:`app.client.batches`); an error names its row in the whole frame."""
         calls, index = self._frame_calls(frame, include, request_id, batch_rows)
+        return batches.join(await self._run_batches(calls), index)
+
+    async def _run_batches(self, calls: list[tuple[int, Call[T]]]) -> list[T]:
         parts = []
         for offset, call in calls:
             try:
@@ -80,7 +89,7 @@ class AsyncClient(ClientBase):
             except ClientError as err:
                 batches.shift(err, offset)
                 raise
-        return batches.join(parts, index)
+        return parts
 
     async def models(self) -> results.ModelInfo:
         return await self._run(self._calls.models())

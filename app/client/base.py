@@ -3,17 +3,18 @@
 from __future__ import annotations
 
 import random
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
 
 from app.client import batches, columnar, results
-from app.client.calls import Requests
+from app.client.calls import Requests, rows_list
 from app.client.core import USER_AGENT, Call, RetryPolicy
 
 DEFAULT_TIMEOUT = 10.0
+T = TypeVar("T")
 
 
 class ClientBase:
@@ -57,27 +58,43 @@ class ClientBase:
             **http_options,
         }
 
-    def _predict_call(
-        self, rows: Iterable[Mapping[str, Any]], include: Iterable[str] | None, rid: str | None
-    ) -> Call[results.PredictResult]:
-        return self._calls.predict(
-            rows, results.predict_result, columnar=False, include=include, request_id=rid
+    def _predict_calls(
+        self,
+        rows: Iterable[Mapping[str, Any]],
+        include: Iterable[str] | None,
+        rid: str | None,
+        batch_rows: int,
+    ) -> list[tuple[int, Call[results.PredictResult]]]:
+        return self._batches(
+            rows_list(rows), results.predict_result, False, include, rid, batch_rows
         )
 
     def _frame_calls(
         self, frame: Any, include: Iterable[str] | None, rid: str | None, batch_rows: int
     ) -> tuple[list[tuple[int, Call[columnar.ColumnarResult]]], Any]:
-        """``([(first row, call), ...], index)``: one call per batch of the frame's rows."""
         rows, index = columnar.frame_rows(frame)
+        parse = columnar.columnar_result
+        return self._batches(rows, parse, True, include, rid, batch_rows), index
+
+    def _batches(
+        self,
+        rows: list[Any],
+        parse: Callable[[Any], T],
+        as_columns: bool,
+        include: Iterable[str] | None,
+        rid: str | None,
+        batch_rows: int,
+    ) -> list[tuple[int, Call[T]]]:
+        """``[(first row, call), ...]``: one call per batch of ``batch_rows`` rows."""
         parts = batches.split(rows, batch_rows)
         calls, offset = [], 0
         for part, part_id in zip(parts, batches.batch_ids(rid, len(parts)), strict=True):
             call = self._calls.predict(
-                part, columnar.columnar_result, columnar=True, include=include, request_id=part_id
+                part, parse, columnar=as_columns, include=include, request_id=part_id
             )
             calls.append((offset, call))
             offset += len(part)
-        return calls, index
+        return calls
 
     def _weights_call(
         self,

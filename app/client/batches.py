@@ -1,7 +1,8 @@
-"""A frame larger than one request: split into batches, answers joined back in row order.
+"""More rows than one request takes: split into batches, answers joined back in row order.
 
 The service refuses more than ``IABMA_MAX_BATCH_ROWS`` rows (1000 unless set) in one body,
-so ``predict_frame`` sends ``batch_rows`` rows per request, one after another. Each batch
+so ``predict`` and ``predict_frame`` send ``batch_rows`` rows per request, one after
+another. Each batch
 is its own audited request: a given ``request_id`` becomes ``<id>.<k>`` for batch ``k``
 (counted from 0) when there are several, and the joined answer lists them all. An error in
 a later batch names the row in the whole frame (``instances[2517].age``), not in its
@@ -17,6 +18,7 @@ from typing import Any
 
 from app.client.columnar import ColumnarResult
 from app.client.errors import ClientError, FieldError, InvalidResponse
+from app.client.results import PredictResult
 
 DEFAULT_BATCH_ROWS = 1000  # the service's default IABMA_MAX_BATCH_ROWS
 # The service's rule for X-Request-ID (app.observe.REQUEST_ID).
@@ -43,19 +45,19 @@ def split(rows: list[Any], batch_rows: int) -> list[list[Any]]:
 
 
 def batch_ids(request_id: str | None, batches: int) -> list[str | None]:
-    """Each batch's request id: the caller's as it is for one batch, ``<id>.<k>`` for
-    several, and None (a fresh id per batch) when the caller gave none."""
+    """Each batch's request id: the caller's as it is for one batch (the service judges
+    it), ``<id>.<k>`` for several, and None (a fresh id per batch) when the caller gave
+    none."""
     if request_id is None:
         return [None] * batches
-    ids: list[str | None] = (
-        [request_id] if batches == 1 else [f"{request_id}.{k}" for k in range(batches)]
-    )
+    if batches == 1:
+        return [request_id]
+    ids: list[str | None] = [f"{request_id}.{k}" for k in range(batches)]
     last = str(ids[-1])
     if not REQUEST_ID.match(last):
         raise ValueError(
-            f"request_id {request_id!r} is not a valid X-Request-ID"
-            + (f" once batch numbers are added ({last!r})" if batches > 1 else "")
-            + ": 1-128 characters among letters, digits and ._:/+=-"
+            f"request_id {request_id!r} is not a valid X-Request-ID once batch numbers are "
+            f"added ({last!r}): 1-128 characters among letters, digits and ._:/+=-"
         )
     return ids
 
@@ -73,20 +75,35 @@ def shift(err: ClientError, offset: int) -> ClientError:
     return err
 
 
-def join(parts: Sequence[ColumnarResult], index: Any) -> ColumnarResult:
-    """One answer from the batches' answers, in row order, on the frame's ``index``."""
+def _same_model(parts: Sequence[ColumnarResult | PredictResult]) -> None:
     first = parts[0]
     for part in parts[1:]:
-        if (part.version, part.experts, part.classes) != (
-            first.version,
-            first.experts,
-            first.classes,
-        ):
+        if (part.model, part.version) != (first.model, first.version):
             raise InvalidResponse(
                 f"the model changed from version {first.version} to {part.version} between "
-                f"batches (request {part.request_id}); send the frame again",
+                f"batches (request {part.request_id}); send the rows again",
                 request_id=part.request_id,
             )
+
+
+def join_rows(parts: Sequence[PredictResult]) -> PredictResult:
+    """One answer from the batches' answers, in row order."""
+    _same_model(parts)
+    if len(parts) == 1:
+        return parts[0]
+    return dataclasses.replace(
+        parts[0],
+        predictions=tuple(item for p in parts for item in p.predictions),
+        request_ids=tuple(p.request_id for p in parts),
+    )
+
+
+def join(parts: Sequence[ColumnarResult], index: Any) -> ColumnarResult:
+    """One answer from the batches' answers, in row order, on the frame's ``index``."""
+    _same_model(parts)
+    first = parts[0]
+    if any((p.experts, p.classes) != (first.experts, first.classes) for p in parts):
+        raise InvalidResponse("the model's experts or classes changed between batches")
     if len(parts) == 1:
         return dataclasses.replace(first, index=index)
     joined: dict[str, Any] = {}
@@ -101,7 +118,6 @@ def join(parts: Sequence[ColumnarResult], index: Any) -> ColumnarResult:
         first,
         **joined,
         n=sum(p.n for p in parts),
-        request_id=first.request_id,
         request_ids=tuple(p.request_id for p in parts),
         index=index,
     )

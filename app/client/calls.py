@@ -48,6 +48,15 @@ def _text(value: Any, name: str) -> str:
     raise TypeError(f"{name}: cannot send a {type(value).__name__} as a query value: {value!r}")
 
 
+def rows_list(rows: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    if isinstance(rows, (str, bytes, Mapping)) or hasattr(rows, "columns"):
+        raise TypeError(
+            f"rows: expected a list of mappings (one per row), got {type(rows).__name__}; "
+            "send a DataFrame, Table or mapping of columns with predict_frame"
+        )
+    return list(rows)
+
+
 def _json_default(value: Any) -> Any:
     item = getattr(value, "item", None)
     if item is not None:
@@ -89,12 +98,7 @@ class Requests:
         include: Iterable[str] | None,
         request_id: str | None,
     ) -> Call[T]:
-        if isinstance(rows, (str, bytes, Mapping)) or hasattr(rows, "columns"):
-            raise TypeError(
-                f"rows: expected a list of mappings (one per row), got {type(rows).__name__}; "
-                "send a DataFrame, Table or mapping of columns with predict_frame"
-            )
-        payload: dict[str, Any] = {"instances": list(rows)}
+        payload: dict[str, Any] = {"instances": rows_list(rows)}
         if columnar:
             payload["format"] = "columnar"
         if include is not None:

@@ -75,6 +75,8 @@ class PredictResult:
     request_id: str
     task: str
     predictions: tuple[InstanceResult, ...]
+    # Every batch's request id, in row order, when the rows went in several (one if not).
+    request_ids: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -207,7 +209,7 @@ def predict_result(body: Any) -> PredictResult:
     b = _obj(body, "the /predict answer")
     return PredictResult(
         b["model"], b["version"], b["request_id"], b["task"],
-        tuple(instance(r) for r in b["predictions"]),
+        tuple(instance(r) for r in b["predictions"]), (b["request_id"],),
     )  # fmt: skip
 
 

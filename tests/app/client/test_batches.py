@@ -30,8 +30,9 @@ def test_split_and_ids() -> None:
     for bad in (0, -1, 1.5, True, "10"):
         with pytest.raises(ValueError, match="batch_rows must be a whole number"):
             batches.split([1], bad)  # type: ignore[arg-type]
-    with pytest.raises(ValueError, match="not a valid X-Request-ID"):
-        batches.batch_ids("has space", 1)
+    with pytest.raises(ValueError, match="not a valid X-Request-ID once batch numbers"):
+        batches.batch_ids("has space", 2)
+    assert batches.batch_ids("has space", 1) == ["has space"], "one request: the service says"
 
 
 def test_join_keeps_row_order_and_refuses_two_versions() -> None:

@@ -210,3 +210,17 @@ def test_a_fault_in_a_later_batch_names_its_row_in_the_frame(
     x1, x2 = frame.columns[:2]
     assert bad.value.field == f"instances[17].{x1}"
     assert [d.field for d in bad.value.details] == [f"instances[17].{x1}", f"instances[19].{x2}"]
+
+
+def test_rows_over_the_row_limit_go_in_batches_too(serve: Serve, bundles: Bundles) -> None:
+    url = serve("demo", IABMA_MAX_BATCH_ROWS="8").base_url
+    rows = bundles.demo.instances(slice(0, 20))
+    with Client(url) as client:
+        whole = client.predict(rows, batch_rows=8, request_id="rows-3")
+        parts = [client.predict(rows[i : i + 8]) for i in range(0, 20, 8)]
+        rows[13] = {**rows[13], "x2": "abc"}
+        with pytest.raises(InvalidInput) as bad:
+            client.predict(rows, batch_rows=8)
+    assert whole.request_ids == ("rows-3.0", "rows-3.1", "rows-3.2")
+    assert whole.predictions == tuple(item for p in parts for item in p.predictions)
+    assert bad.value.field == "instances[13].x2"

@@ -148,7 +148,7 @@ def test_400_and_404_and_413_are_typed_and_not_retried(demo_url: str) -> None:
         with pytest.raises(NotFound) as missing:
             client.weights(request_id="never-sent")
         with pytest.raises(PayloadTooLarge) as large:
-            client.predict([{"x1": 0.5, "x2": 1.0}] * 1001)
+            client.predict([{"x1": 0.5, "x2": 1.0}] * 1001, batch_rows=1001)
     assert (bad.value.status, bad.value.field) == (400, "header X-Request-ID")
     assert (missing.value.status, missing.value.field) == (404, "request_id")
     assert (large.value.status, large.value.field) == (413, "instances")
