@@ -28,12 +28,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--debug", action="store_true", help="show tracebacks and every library warning"
     )
     sub = parser.add_subparsers(dest="command", required=True)
-    from training.commands import bench, check, rollout, serve, train
+    from training.commands import audit, bench, check, rollout, serve, train
 
     train.add_parser(sub)
     check.add_parser(sub)
     serve.add_parser(sub)
     rollout.add_parsers(sub)
+    audit.add_parser(sub)
     bench.add_parser(sub)
     return parser
 

@@ -26,7 +26,7 @@ records land in buckets already summed.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -99,13 +99,15 @@ class _Lost(Exception):
     """Another reader moved the watermark first."""
 
 
-def sum_sealed(engine: Engine, model: str, cut: int) -> int:
+def sum_sealed(
+    engine: Engine, model: str, cut: int, progress: Callable[[int], None] | None = None
+) -> int:
     """Sum ``model``'s sealed buckets before ``cut`` not summed yet; return the time before
     which all are summed now.
 
     Two readers may do this at once: the one whose update of the watermark finds it where
     it read it (or whose insert of it comes first) stores its sums; the other's
-    transaction stores nothing.
+    transaction stores nothing. ``progress`` hears the records read so far, now and then.
     """
     start = summed_through(engine, model)
     if start is not None and start >= cut:
@@ -122,8 +124,10 @@ def sum_sealed(engine: Engine, model: str, cut: int) -> int:
         result: Iterable[Any] = conn.execution_options(
             stream_results=True, yield_per=20_000
         ).execute(query)
-        for row in result:
+        for done, row in enumerate(result, 1):
             folded.add(*row)
+            if progress is not None and done % 50_000 == 0:
+                progress(done)
     rows = [
         {"model": model, "bucket_us": key[0], "version": key[1], "top_expert": key[2],
          "experts": key[3], "records": k, "instances": n, "weight_sums": w, "top_counts": t}
