@@ -38,8 +38,8 @@ from app.audit.tables import buckets, records, watermarks
 
 BUCKET_US = 600_000_000  # ten minutes
 # How long after a bucket ends no record can still land in it: a record is written within
-# IABMA_AUDIT_TIMEOUT_SECONDS (at most 600 s) of its time, or never (app.audit.writer), and
-# a hung PostgreSQL COPY is cancelled a second after that. Fixed, so that no replica's
+# IABMA_AUDIT_TIMEOUT_SECONDS (at most 600 s) of its time, or never (app.audit.writer),
+# and a hung commit is cancelled half a second after that. Fixed, so that no replica's
 # setting can make another seal early; with room for clocks a few minutes apart.
 SEAL_US = 1_800_000_000  # thirty minutes
 

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import contextlib
 import re
 import threading
 import time
@@ -28,6 +27,7 @@ import numpy as np
 from sqlalchemy import and_, or_, select
 
 from app.audit import rollup
+from app.audit.connection import WriterConnection
 from app.audit.records import LOG_COLUMNS, AuditRecord, now_us, record_json
 from app.audit.tables import create_tables, lock_sqlite, make_engine, records
 from app.errors import Fault, InvalidInput
@@ -78,34 +78,6 @@ class RecordFilter:
         return out
 
 
-# Rows per INSERT statement: well under SQLite's 32766 and PostgreSQL's 65535 parameters.
-ROWS_PER_STATEMENT = 512
-
-
-class BulkInsert:
-    """``INSERT INTO t (...) VALUES (...), (...), ...``: one statement for many rows.
-
-    ``executemany`` steps SQLite once per row, and CPython takes the GIL back between steps
-    to bind the next row; behind a busy event loop each of those waits up to the GIL's
-    switch interval. One statement per group releases the GIL once.
-    """
-
-    def __init__(self, table: str, columns: Sequence[str], param_marker: str) -> None:
-        self.head = f"INSERT INTO {table} ({', '.join(columns)}) VALUES "
-        self.row = "(" + ", ".join([param_marker] * len(columns)) + ")"
-        self._sql: dict[int, str] = {}
-
-    def statements(self, rows: Sequence[tuple[Any, ...]]) -> list[tuple[str, list[Any]]]:
-        out = []
-        for start in range(0, len(rows), ROWS_PER_STATEMENT):
-            chunk = rows[start : start + ROWS_PER_STATEMENT]
-            sql = self._sql.get(len(chunk))
-            if sql is None:
-                sql = self._sql[len(chunk)] = self.head + ", ".join([self.row] * len(chunk))
-            out.append((sql, [v for row in chunk for v in row]))
-        return out
-
-
 class AuditStore:
     def __init__(self, url: str, timeout_seconds: float) -> None:
         self.url = url
@@ -116,15 +88,7 @@ class AuditStore:
         # where one took 11 s, on 1.1 million records).
         self._rollup = threading.Lock()
         self._lock: IO[str] | None = None
-        self._writer: Any = None  # the writer thread's own DBAPI connection
-        marker = "?" if self.engine.dialect.paramstyle == "qmark" else "%s"
-        self._log = BulkInsert(records.name, LOG_COLUMNS, marker)
-        # PostgreSQL takes a group through COPY: a third of the client CPU of an INSERT.
-        self._copy = (
-            f"COPY {records.name} ({', '.join(LOG_COLUMNS)}) FROM STDIN"
-            if self.engine.dialect.name == "postgresql"
-            else None
-        )
+        self._writer = WriterConnection(self.engine, LOG_COLUMNS, timeout_seconds)
 
     def prepare(self) -> None:
         """Claim a SQLite trail for this process, then create the tables, retrying while
@@ -141,9 +105,7 @@ class AuditStore:
                 time.sleep(0.5)
 
     def close(self) -> None:
-        if self._writer is not None:
-            self._writer.close()
-            self._writer = None
+        self._writer.close()
         self.engine.dispose()
         if self._lock is not None:
             self._lock.close()
@@ -153,62 +115,14 @@ class AuditStore:
         """:meth:`insert_rows` for records, building their rows here."""
         self.insert_rows([r.log_values() for r in batch])
 
-    def insert_rows(self, rows: Sequence[tuple[Any, ...]]) -> None:
-        """One transaction for the whole group of :meth:`AuditRecord.log_values` rows: COPY
-        on PostgreSQL, one multi-row INSERT on SQLite.
+    def insert_rows(self, rows: Sequence[tuple[Any, ...]], give_up_at: float | None = None) -> None:
+        """One transaction for the whole group of :meth:`AuditRecord.log_values` rows, on
+        the writer thread's own connection (:mod:`app.audit.connection`)."""
+        self._writer.insert(rows, give_up_at)
 
-        Called only from the writer thread, which keeps one connection for itself, in
-        autocommit: a single statement is its own transaction, durable when it returns, with
-        no BEGIN and COMMIT around it. Each of those is a round trip to PostgreSQL, and on
-        SQLite a step that gives up the GIL and must win it back from a busy event loop
-        (up to the 5 ms switch interval each time). A group too large for one INSERT gets
-        an explicit transaction.
-        """
-        if self._writer is None:
-            self._writer = self._connect_writer()
-        conn = self._writer
-        try:
-            cur = conn.cursor()
-            try:
-                if self._copy is not None:
-                    with cur.copy(self._copy) as copy:
-                        for row in rows:
-                            copy.write_row(row)
-                else:
-                    statements = self._log.statements(rows)
-                    several = len(statements) > 1
-                    if several:
-                        cur.execute("BEGIN")
-                    for sql, params in statements:
-                        cur.execute(sql, params)
-                    if several:
-                        cur.execute("COMMIT")
-            finally:
-                cur.close()
-        except Exception:
-            # A broken connection must not serve the next group: reconnect then.
-            self._writer = None
-            with contextlib.suppress(Exception):
-                conn.rollback()
-            # Detached from the pool, so invalidate() would leave it open: close it.
-            with contextlib.suppress(Exception):
-                conn.close()
-            raise
-
-    def _connect_writer(self) -> Any:
-        conn = self.engine.raw_connection()
-        dbapi: Any = conn.dbapi_connection  # psycopg's or sqlite3's connection
-        if self._copy is not None:
-            dbapi.autocommit = True
-            # A hung COPY is cancelled a second after its requests got their 503 (which
-            # says why), rather than landing minutes later: see app.audit.rollup.
-            ms = round((self.timeout_seconds + 1.0) * 1000)
-            dbapi.execute(f"SET statement_timeout = {ms}")
-        else:
-            dbapi.isolation_level = None  # sqlite3's autocommit
-        # Detached, so the pool never hands an autocommit connection to a reader.
-        conn.detach()
-        return conn
+    def cancel_insert(self) -> None:
+        """From any thread: cancel the writer's statement running now, if any."""
+        self._writer.cancel()
 
     def find(self, request_id: str) -> dict[str, Any] | None:
         """The most recent record with this request id (ids sent by clients may repeat)."""

@@ -20,8 +20,15 @@ encoding, and the commit (its fsync included) then ran after it instead of besid
 
 If a commit fails, the waiting requests get :class:`~app.errors.AuditUnavailable` (503);
 a watchdog fails any request still waiting after ``IABMA_AUDIT_TIMEOUT_SECONDS``, and the
-writer never writes the records of such requests. Closing the writer flushes the queue
-first.
+writer never writes the records of such requests. So that a 503 never leaves a record, the
+two decide under one lock: a record the writer has taken into a commit is the writer's to
+settle: its request waits for the commit's outcome, which the watchdog hurries by
+cancelling the statement :data:`CANCEL_AFTER_S` past the deadline (it fails, and nothing
+of it is written), and gives up on only :data:`CLAIM_GRACE_S` past it, should the database
+ignore the cancel. A record the watchdog has failed is never taken. Failures
+are logged once per streak with their traceback, then summed up every
+:data:`FAILURE_LOG_EVERY_S`, so an outage does not flood the log. Closing the writer
+flushes the queue first.
 """
 
 from __future__ import annotations
@@ -44,6 +51,9 @@ log = logging.getLogger("iabma.audit")
 # The record, the future its commit settles, the one set when it is taken, its deadline.
 _Item = tuple[AuditRecord, asyncio.Future[None], asyncio.Future[None] | None, float]
 _STOP = None
+CANCEL_AFTER_S = 0.5
+CLAIM_GRACE_S = 5.0
+FAILURE_LOG_EVERY_S = 10.0
 
 
 class AuditWriter:
@@ -73,6 +83,16 @@ class AuditWriter:
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._watchdog: asyncio.Task[None] | None = None
+        # Who settles a record past its deadline: the writer (claimed: in a commit) or the
+        # watchdog (abandoned: answered 503, never to be written).
+        self._claim = threading.Lock()
+        self._claimed: dict[asyncio.Future[None], int] = {}  # -> the commit taking it
+        self._commits = 0  # commits begun
+        self._inserting = 0  # the commit whose statement runs now, or 0
+        self._abandoned: set[asyncio.Future[None]] = set()
+        self._held: list[tuple[float, asyncio.Future[None]]] = []
+        self._streak = 0  # groups failed since the last commit
+        self._streak_logged = 0.0
 
     def start(self) -> None:
         self._loop = asyncio.get_running_loop()
@@ -118,14 +138,27 @@ class AuditWriter:
         """Fail the requests whose record has waited too long (a hung database)."""
         while True:
             await asyncio.sleep(min(0.5, self.timeout_seconds / 4))
-            now = time.monotonic()
-            while self._deadlines and (
-                self._deadlines[0][1].done() or self._deadlines[0][0] <= now
-            ):
-                _, fut = self._deadlines.popleft()
-                if not fut.done():
-                    fut.set_exception(self._timed_out())
+            self._expire_now(time.monotonic())
             self.metrics.audit_depth.set(self.labels(), self.depth)
+
+    def _expire_now(self, now: float) -> None:
+        due = list(self._held)
+        self._held.clear()
+        while self._deadlines and (self._deadlines[0][1].done() or self._deadlines[0][0] <= now):
+            due.append(self._deadlines.popleft())
+        for deadline, fut in due:
+            if fut.done():
+                continue
+            with self._claim:
+                commit = self._claimed.get(fut)
+                if commit is not None and now < deadline + CLAIM_GRACE_S:
+                    self._held.append((deadline, fut))  # its commit settles it
+                    if now >= deadline + CANCEL_AFTER_S and self._inserting == commit:
+                        self.store.cancel_insert()
+                    continue
+                if commit is None:
+                    self._abandoned.add(fut)
+            fut.set_exception(self._timed_out())
 
     def _run(self) -> None:
         stopping = False
@@ -149,6 +182,7 @@ class AuditWriter:
         """Build the group's rows, add those of requests on their way (``gather``), insert
         them in one transaction, and settle the group. True if told to stop meanwhile."""
         assert self._loop is not None
+        self._commits += 1
         batch = self._in_time(batch)
         if not batch:
             return False
@@ -159,16 +193,30 @@ class AuditWriter:
             rows = self._rows(batch)
             if gather and self.group_wait > 0:
                 stop = self._gather(batch, rows)
-            self.store.insert_rows(rows)
+            with self._claim:
+                self._inserting = self._commits
+            try:
+                self.store.insert_rows(rows, min(it[3] for it in batch) + CANCEL_AFTER_S)
+            finally:
+                with self._claim:
+                    self._inserting = 0
         except Exception as exc:
-            log.error("audit commit of %d records failed: %s", len(batch), exc, exc_info=exc)
-            error: Exception | None = AuditUnavailable(
-                f"the audit store is unavailable ({type(exc).__name__}); nothing was "
-                "recorded, retry later",
-                field="audit",
+            self._log_failure(len(batch), exc)
+            late = time.monotonic() >= min(item[3] for item in batch)
+            error: Exception | None = (
+                self._timed_out()  # cancelled, or given up on: the timeout is the reason
+                if late
+                else AuditUnavailable(
+                    f"the audit store is unavailable ({type(exc).__name__}); nothing was "
+                    "recorded, retry later",
+                    field="audit",
+                )
             )
         else:
             error = None
+            if self._streak:
+                log.warning("audit commits succeed again, after %d failed groups", self._streak)
+                self._streak, self._streak_logged = 0, 0.0
         seconds = time.perf_counter() - t0
         self._in_commit = 0
         self._loop.call_soon_threadsafe(self._settle, batch, error, seconds)
@@ -210,9 +258,19 @@ class AuditWriter:
             rows.extend(self._rows([item]))
         return False
 
+    def _log_failure(self, n: int, exc: Exception) -> None:
+        self._streak += 1
+        now = time.monotonic()
+        if self._streak == 1:
+            log.error("audit commit of %d records failed: %s", n, exc, exc_info=exc)
+            self._streak_logged = now
+        elif now - self._streak_logged >= FAILURE_LOG_EVERY_S:
+            log.error("audit commits still failing: %d groups so far; last: %s", self._streak, exc)
+            self._streak_logged = now
+
     def _in_time(self, items: list[_Item]) -> list[_Item]:
-        """The items still within their deadline; the others' requests get their 503 now,
-        and their records are never written.
+        """The items still within their deadline, now claimed for a commit; the others'
+        requests get their 503 now, and their records are never written.
 
         Their requests were (or are about to be) answered 503, so a record would stand for
         an answer never given; and written after a stall of minutes, it would land in a
@@ -220,12 +278,15 @@ class AuditWriter:
         """
         assert self._loop is not None
         now = time.monotonic()
-        late = [item for item in items if item[3] <= now]
-        if not late:
-            return items
-        log.warning("audit: %d records waited past their deadline; not written", len(late))
-        self._loop.call_soon_threadsafe(self._fail_late, late)
-        return [item for item in items if item[3] > now]
+        with self._claim:
+            late = [it for it in items if it[3] <= now or it[1] in self._abandoned]
+            keep = [it for it in items if it[3] > now and it[1] not in self._abandoned]
+            self._abandoned.difference_update(it[1] for it in late)
+            self._claimed.update((it[1], self._commits) for it in keep)
+        if late:
+            log.warning("audit: %d records waited past their deadline; not written", len(late))
+            self._loop.call_soon_threadsafe(self._fail_late, late)
+        return keep
 
     def _fail_late(self, items: list[_Item]) -> None:
         _release([t for _, _, t, _ in items if t is not None])
@@ -236,6 +297,20 @@ class AuditWriter:
     def _settle(self, batch: list[_Item], error: Exception | None, seconds: float) -> None:
         """On the event loop: wake the requests of a committed (or failed) group."""
         labels = self.labels()
+        with self._claim:
+            for _, fut, _, _ in batch:
+                self._claimed.pop(fut, None)
+        answered = sum(
+            fut.done() and not fut.cancelled() and fut.exception() is not None
+            for _, fut, _, _ in batch
+        )
+        if error is None and answered:
+            log.error(
+                "audit: %d records were committed after their requests got a 503: the "
+                "commit took more than IABMA_AUDIT_TIMEOUT_SECONDS + %g s",
+                answered,
+                CLAIM_GRACE_S,
+            )
         if error is None:
             self.metrics.audit_commit_seconds.observe(labels, seconds)
             self.metrics.audit_records.inc(labels, len(batch))

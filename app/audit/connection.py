@@ -1,0 +1,194 @@
+"""The writer thread's own connection to the trail, and the one statement per group.
+
+One connection, detached from the pool and in autocommit: a single statement is its own
+transaction, durable when it returns, with no BEGIN and COMMIT around it. Each of those is
+a round trip to PostgreSQL, and on SQLite a step that gives up the GIL and must win it
+back from a busy event loop (up to the 5 ms switch interval each time). PostgreSQL takes a
+group through ``COPY`` (a third of the client CPU of an INSERT), SQLite as one multi-row
+INSERT; a group too large for one INSERT gets an explicit transaction.
+
+What production does to such a connection, and what is done about it here:
+
+- PostgreSQL restarted, a failover, or an idle timeout (the server's
+  ``idle_session_timeout``, a NAT or proxy in between) ends it while it is idle: after
+  :data:`IDLE_PING_S` unused it is pinged first and replaced if dead, so the next request
+  is not the one to find out;
+- a stalled database: the writer cancels the statement (:meth:`WriterConnection.cancel`)
+  once its requests have waited long enough, so it fails rather than commit after they
+  were answered 503;
+- a SQLite file deleted or replaced under the server: SQLite would go on writing to the
+  unlinked file, which vanishes with the process; each group checks that the path still
+  names the open file, and refuses to write otherwise.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from sqlalchemy import Engine, make_url
+
+from app.audit.tables import records
+
+IDLE_PING_S = 1.0
+# Rows per INSERT statement: well under SQLite's 32766 and PostgreSQL's 65535 parameters.
+ROWS_PER_STATEMENT = 512
+
+
+class TrailGone(Exception):
+    """The SQLite trail's file was deleted or replaced while the server ran."""
+
+
+class BulkInsert:
+    """``INSERT INTO t (...) VALUES (...), (...), ...``: one statement for many rows.
+
+    ``executemany`` steps SQLite once per row, and CPython takes the GIL back between steps
+    to bind the next row; behind a busy event loop each of those waits up to the GIL's
+    switch interval. One statement per group releases the GIL once.
+    """
+
+    def __init__(self, table: str, columns: Sequence[str], param_marker: str) -> None:
+        self.head = f"INSERT INTO {table} ({', '.join(columns)}) VALUES "
+        self.row = "(" + ", ".join([param_marker] * len(columns)) + ")"
+        self._sql: dict[int, str] = {}
+
+    def statements(self, rows: Sequence[tuple[Any, ...]]) -> list[tuple[str, list[Any]]]:
+        out = []
+        for start in range(0, len(rows), ROWS_PER_STATEMENT):
+            chunk = rows[start : start + ROWS_PER_STATEMENT]
+            sql = self._sql.get(len(chunk))
+            if sql is None:
+                sql = self._sql[len(chunk)] = self.head + ", ".join([self.row] * len(chunk))
+            out.append((sql, [v for row in chunk for v in row]))
+        return out
+
+
+class WriterConnection:
+    """Opened on first use, replaced after any failure; used by one thread only."""
+
+    def __init__(self, engine: Engine, columns: Sequence[str], timeout_seconds: float) -> None:
+        self.engine = engine
+        self.timeout_ms = max(1, round(timeout_seconds * 1000))
+        postgres = engine.dialect.name == "postgresql"
+        self._copy = f"COPY {records.name} ({', '.join(columns)}) FROM STDIN" if postgres else None
+        marker = "?" if engine.dialect.paramstyle == "qmark" else "%s"
+        self._log = BulkInsert(records.name, columns, marker)
+        database = None if postgres else make_url(str(engine.url)).database
+        self._file = os.path.abspath(os.path.expanduser(database)) if database else None
+        self._file_id: tuple[int, int] | None = None
+        self._conn: Any = None
+        self._used = 0.0
+        self._busy_ms = self.timeout_ms  # sqlite3.connect(timeout=...) set it so
+
+    def insert(self, rows: Sequence[tuple[Any, ...]], give_up_at: float | None = None) -> None:
+        """Write ``rows`` in one transaction (:meth:`cancel` stops it). On SQLite, whose
+        wait for a lock no cancel reaches, stop waiting at ``give_up_at``
+        (``time.monotonic()``)."""
+        conn = self._ready()
+        try:
+            cur = conn.cursor()
+            try:
+                if self._copy is not None:
+                    with cur.copy(self._copy) as copy:
+                        for row in rows:
+                            copy.write_row(row)
+                else:
+                    self._check_file()
+                    self._busy_until(cur, give_up_at)
+                    statements = self._log.statements(rows)
+                    several = len(statements) > 1
+                    if several:
+                        cur.execute("BEGIN")
+                    for sql, params in statements:
+                        cur.execute(sql, params)
+                    if several:
+                        cur.execute("COMMIT")
+            finally:
+                cur.close()
+        except Exception:
+            self.close()  # a broken connection must not serve the next group
+            raise
+        self._used = time.monotonic()
+
+    def close(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            with contextlib.suppress(Exception):
+                conn.rollback()
+            # Detached from the pool, so invalidate() would leave it open: close it.
+            with contextlib.suppress(Exception):
+                conn.close()
+
+    def _ready(self) -> Any:
+        idle = time.monotonic() - self._used > IDLE_PING_S
+        if self._conn is not None and self._copy is not None and idle and not self._alive():
+            self.close()
+        if self._conn is None:
+            self._conn = self._connect()
+        return self._conn
+
+    def _alive(self) -> bool:
+        try:
+            self._conn.dbapi_connection.execute("SELECT 1")
+        except Exception:
+            return False
+        return True
+
+    def _connect(self) -> Any:
+        if self._file is not None and self._file_id is not None:
+            self._check_file()  # never let a reconnect create an empty file in its place
+        conn = self.engine.raw_connection()
+        dbapi: Any = conn.dbapi_connection  # psycopg's or sqlite3's connection
+        if self._copy is not None:
+            dbapi.autocommit = True
+            # A backstop: the writer cancels a commit that outlives its requests' patience.
+            dbapi.execute(f"SET statement_timeout = {self.timeout_ms + 1000}")
+        else:
+            dbapi.isolation_level = None  # sqlite3's autocommit
+            self._busy_ms = self.timeout_ms
+            if self._file_id is None and self._file is not None:
+                st = os.stat(self._file)
+                self._file_id = (st.st_dev, st.st_ino)
+        # Detached, so the pool never hands an autocommit connection to a reader.
+        conn.detach()
+        self._used = time.monotonic()
+        return conn
+
+    def cancel(self) -> None:
+        """Cancel the statement running on the connection now, from any thread: the
+        insert raises, and nothing of it is committed."""
+        conn = self._conn
+        if conn is None:
+            return
+        dbapi: Any = conn.dbapi_connection
+        with contextlib.suppress(Exception):
+            dbapi.cancel() if self._copy is not None else dbapi.interrupt()
+
+    def _busy_until(self, cur: Any, give_up_at: float | None) -> None:
+        """Shorten SQLite's lock wait to what is left before ``give_up_at``, and put it
+        back once a group has the whole wait again. Both are rare (records wait in the
+        queue for milliseconds), and each PRAGMA is a step that gives up the GIL."""
+        want = self.timeout_ms
+        if give_up_at is not None:
+            want = min(want, max(0, round((give_up_at - time.monotonic()) * 1000)))
+        if want < self._busy_ms or (want == self.timeout_ms != self._busy_ms):
+            cur.execute(f"PRAGMA busy_timeout = {want}")
+            self._busy_ms = want
+
+    def _check_file(self) -> None:
+        if self._file is None or self._file_id is None:
+            return
+        try:
+            st = os.stat(self._file)
+            same = (st.st_dev, st.st_ino) == self._file_id
+        except OSError:
+            same = False
+        if not same:
+            raise TrailGone(
+                f"the SQLite trail {self._file} was deleted or replaced while the server "
+                "ran; nothing more is written to it. Restore the file, or restart the "
+                "server to start a new trail there"
+            )
