@@ -34,6 +34,7 @@ from sqlalchemy import Engine, make_url
 from app.audit.tables import records
 
 IDLE_PING_S = 1.0
+CANCEL_WAIT_S = 2.0
 # Rows per INSERT statement: well under SQLite's 32766 and PostgreSQL's 65535 parameters.
 ROWS_PER_STATEMENT = 512
 
@@ -158,23 +159,28 @@ class WriterConnection:
         return conn
 
     def cancel(self) -> None:
-        """Cancel the statement running on the connection now, from any thread: the
-        insert raises, and nothing of it is committed."""
+        """Cancel the statement running on the connection now, from another thread: the
+        insert raises, and nothing of it is committed. On PostgreSQL this is a round trip
+        on a new connection, waited for at most :data:`CANCEL_WAIT_S` (a partitioned
+        server never answers it), so call it off the event loop."""
         conn = self._conn
         if conn is None:
             return
         dbapi: Any = conn.dbapi_connection
         with contextlib.suppress(Exception):
-            dbapi.cancel() if self._copy is not None else dbapi.interrupt()
+            if self._copy is not None:
+                dbapi.cancel_safe(timeout=CANCEL_WAIT_S)
+            else:
+                dbapi.interrupt()
 
     def _busy_until(self, cur: Any, give_up_at: float | None) -> None:
-        """Shorten SQLite's lock wait to what is left before ``give_up_at``, and put it
-        back once a group has the whole wait again. Both are rare (records wait in the
-        queue for milliseconds), and each PRAGMA is a step that gives up the GIL."""
+        """Set SQLite's lock wait to what is left before ``give_up_at`` (the whole wait
+        for a fresh group). It changes only after a stall (records wait in the queue for
+        milliseconds), and each PRAGMA is a step that gives up the GIL."""
         want = self.timeout_ms
         if give_up_at is not None:
             want = min(want, max(0, round((give_up_at - time.monotonic()) * 1000)))
-        if want < self._busy_ms or (want == self.timeout_ms != self._busy_ms):
+        if want != self._busy_ms:
             cur.execute(f"PRAGMA busy_timeout = {want}")
             self._busy_ms = want
 
@@ -189,6 +195,6 @@ class WriterConnection:
         if not same:
             raise TrailGone(
                 f"the SQLite trail {self._file} was deleted or replaced while the server "
-                "ran; nothing more is written to it. Restore the file, or restart the "
-                "server to start a new trail there"
+                "ran; nothing more is written to it. Restart the server (after putting "
+                "the file back, if the trail is to go on in it)"
             )

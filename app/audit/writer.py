@@ -20,12 +20,8 @@ encoding, and the commit (its fsync included) then ran after it instead of besid
 
 If a commit fails, the waiting requests get :class:`~app.errors.AuditUnavailable` (503);
 a watchdog fails any request still waiting after ``IABMA_AUDIT_TIMEOUT_SECONDS``, and the
-writer never writes the records of such requests. So that a 503 never leaves a record, the
-two decide under one lock: a record the writer has taken into a commit is the writer's to
-settle: its request waits for the commit's outcome, which the watchdog hurries by
-cancelling the statement :data:`CANCEL_AFTER_S` past the deadline (it fails, and nothing
-of it is written), and gives up on only :data:`CLAIM_GRACE_S` past it, should the database
-ignore the cancel. A record the watchdog has failed is never taken. Failures
+writer never writes the records of such requests; a record already inside a commit is the
+writer's to settle (:mod:`app.audit.deadlines`), so that a 503 never leaves a record. Failures
 are logged once per streak with their traceback, then summed up every
 :data:`FAILURE_LOG_EVERY_S`, so an outage does not flood the log. Closing the writer
 flushes the queue first.
@@ -42,6 +38,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from app.audit.deadlines import CANCEL_AFTER_S, CLAIM_GRACE_S, Deadlines
 from app.audit.records import AuditRecord
 from app.audit.store import AuditStore
 from app.errors import AuditUnavailable
@@ -51,8 +48,6 @@ log = logging.getLogger("iabma.audit")
 # The record, the future its commit settles, the one set when it is taken, its deadline.
 _Item = tuple[AuditRecord, asyncio.Future[None], asyncio.Future[None] | None, float]
 _STOP = None
-CANCEL_AFTER_S = 0.5
-CLAIM_GRACE_S = 5.0
 FAILURE_LOG_EVERY_S = 10.0
 
 
@@ -78,19 +73,10 @@ class AuditWriter:
         self.timeout_seconds = timeout_seconds
         self._queue: queue.SimpleQueue[_Item | None] = queue.SimpleQueue()
         self._in_commit = 0
-        # Futures in the order they were queued, with the time each must commit by.
-        self._deadlines: collections.deque[tuple[float, asyncio.Future[None]]] = collections.deque()
+        self._deadlines: Deadlines[_Item] = Deadlines(lambda it: it[1], lambda it: it[3])
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._watchdog: asyncio.Task[None] | None = None
-        # Who settles a record past its deadline: the writer (claimed: in a commit) or the
-        # watchdog (abandoned: answered 503, never to be written).
-        self._claim = threading.Lock()
-        self._claimed: dict[asyncio.Future[None], int] = {}  # -> the commit taking it
-        self._commits = 0  # commits begun
-        self._inserting = 0  # the commit whose statement runs now, or 0
-        self._abandoned: set[asyncio.Future[None]] = set()
-        self._held: list[tuple[float, asyncio.Future[None]]] = []
         self._streak = 0  # groups failed since the last commit
         self._streak_logged = 0.0
 
@@ -123,7 +109,7 @@ class AuditWriter:
             raise AuditUnavailable("the audit writer is not running", field="audit")
         done: asyncio.Future[None] = self._loop.create_future()
         deadline = time.monotonic() + self.timeout_seconds
-        self._deadlines.append((deadline, done))
+        self._deadlines.queued(done, deadline)
         self._queue.put((record, done, taken, deadline))
         return done
 
@@ -142,22 +128,7 @@ class AuditWriter:
             self.metrics.audit_depth.set(self.labels(), self.depth)
 
     def _expire_now(self, now: float) -> None:
-        due = list(self._held)
-        self._held.clear()
-        while self._deadlines and (self._deadlines[0][1].done() or self._deadlines[0][0] <= now):
-            due.append(self._deadlines.popleft())
-        for deadline, fut in due:
-            if fut.done():
-                continue
-            with self._claim:
-                commit = self._claimed.get(fut)
-                if commit is not None and now < deadline + CLAIM_GRACE_S:
-                    self._held.append((deadline, fut))  # its commit settles it
-                    if now >= deadline + CANCEL_AFTER_S and self._inserting == commit:
-                        self.store.cancel_insert()
-                    continue
-                if commit is None:
-                    self._abandoned.add(fut)
+        for fut in self._deadlines.expire(now, self.store.cancel_insert):
             fut.set_exception(self._timed_out())
 
     def _run(self) -> None:
@@ -182,7 +153,7 @@ class AuditWriter:
         """Build the group's rows, add those of requests on their way (``gather``), insert
         them in one transaction, and settle the group. True if told to stop meanwhile."""
         assert self._loop is not None
-        self._commits += 1
+        self._deadlines.begin()
         batch = self._in_time(batch)
         if not batch:
             return False
@@ -193,13 +164,11 @@ class AuditWriter:
             rows = self._rows(batch)
             if gather and self.group_wait > 0:
                 stop = self._gather(batch, rows)
-            with self._claim:
-                self._inserting = self._commits
+            self._deadlines.inserting(True)
             try:
                 self.store.insert_rows(rows, min(it[3] for it in batch) + CANCEL_AFTER_S)
             finally:
-                with self._claim:
-                    self._inserting = 0
+                self._deadlines.inserting(False)
         except Exception as exc:
             self._log_failure(len(batch), exc)
             late = time.monotonic() >= min(item[3] for item in batch)
@@ -277,12 +246,7 @@ class AuditWriter:
         time whose sums ``GET /weights`` may have stored already (:mod:`app.audit.rollup`).
         """
         assert self._loop is not None
-        now = time.monotonic()
-        with self._claim:
-            late = [it for it in items if it[3] <= now or it[1] in self._abandoned]
-            keep = [it for it in items if it[3] > now and it[1] not in self._abandoned]
-            self._abandoned.difference_update(it[1] for it in late)
-            self._claimed.update((it[1], self._commits) for it in keep)
+        keep, late = self._deadlines.claim(items)
         if late:
             log.warning("audit: %d records waited past their deadline; not written", len(late))
             self._loop.call_soon_threadsafe(self._fail_late, late)
@@ -297,9 +261,7 @@ class AuditWriter:
     def _settle(self, batch: list[_Item], error: Exception | None, seconds: float) -> None:
         """On the event loop: wake the requests of a committed (or failed) group."""
         labels = self.labels()
-        with self._claim:
-            for _, fut, _, _ in batch:
-                self._claimed.pop(fut, None)
+        self._deadlines.settled(batch)
         answered = sum(
             fut.done() and not fut.cancelled() and fut.exception() is not None
             for _, fut, _, _ in batch
@@ -313,7 +275,10 @@ class AuditWriter:
             )
         if error is None:
             self.metrics.audit_commit_seconds.observe(labels, seconds)
-            self.metrics.audit_records.inc(labels, len(batch))
+            # Under each record's own version: at a swap a group holds both.
+            versions = collections.Counter((rec.model, rec.version) for rec, _, _, _ in batch)
+            for key, n in versions.items():
+                self.metrics.audit_records.inc(key, n)
         else:
             self.metrics.audit_failures.inc(labels)
         for _, fut, _, _ in batch:

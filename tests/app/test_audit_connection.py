@@ -1,10 +1,12 @@
 """The writer's own connection under what production does to it: a database that closed
-it while idle, and a SQLite file deleted under the server."""
+it while idle, a SQLite file deleted under the server, and lock waits after a stall."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import sqlite3
+import threading
 import time
 from pathlib import Path
 
@@ -63,3 +65,25 @@ def test_a_deleted_sqlite_trail_is_refused_not_written_to(
     failures = [r for r in caplog.records if "failed" in r.getMessage()]
     assert len(failures) == 1 and failures[0].exc_info, "one line with its traceback, not five"
     assert "was deleted or replaced while the server ran" in failures[0].getMessage()
+
+
+def test_a_group_with_time_left_gets_its_whole_lock_wait_back(tmp_path: Path) -> None:
+    """After a stall shortened SQLite's lock wait for one group, a later group with more
+    time left waits that long for a lock, instead of failing at the old shortened wait."""
+    db = tmp_path / "audit.db"
+    store = AuditStore(f"sqlite:///{db}", 5.0)
+    store.prepare()
+    store.insert_rows([make_record("fresh").log_values()])
+    store.insert_rows([make_record("hurried").log_values()], time.monotonic() + 0.3)
+    holder = sqlite3.connect(db, isolation_level=None, check_same_thread=False)
+    holder.execute("begin immediate")  # another writer holds the lock for 0.8 s
+    release = threading.Timer(0.8, lambda: holder.execute("commit"))
+    release.start()
+    try:
+        store.insert_rows([make_record("patient").log_values()], time.monotonic() + 4.0)
+    finally:
+        release.join()
+        holder.close()
+    rows = sqlite3.connect(db).execute("select request_id from iabma_audit_log").fetchall()
+    assert sorted(r[0] for r in rows) == ["fresh", "hurried", "patient"]
+    store.close()
