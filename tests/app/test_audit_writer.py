@@ -240,3 +240,25 @@ def test_records_that_waited_past_their_deadline_are_never_written(trail: Trail)
     # Every request got a 503, so nothing may be written: not the queued records, nor the
     # one whose insert hung (it would land once the lock goes).
     assert trail.rows("select request_id from iabma_audit_log") == []
+
+
+def test_records_are_counted_under_their_own_version(trail: Trail) -> None:
+    """At a swap one group holds records of both versions; the metric must not put them
+    all under the version served when the commit lands."""
+
+    async def main() -> dict[Any, float]:
+        store = AuditStore(trail.url, 10.0)
+        store.prepare()
+        metrics = ServiceMetrics()
+        writer = AuditWriter(store, metrics, lambda: ("demo", "v2"), 8, 10.0)
+        writer.start()
+        records = [
+            dataclasses.replace(make_record(f"r{k}"), version="v1" if k < 3 else "v2")
+            for k in range(5)
+        ]
+        await asyncio.gather(*(writer.submit(r) for r in records))
+        await writer.close()
+        store.close()
+        return dict(metrics.audit_records.pending)
+
+    assert asyncio.run(main()) == {("demo", "v1"): 3, ("demo", "v2"): 2}
