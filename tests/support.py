@@ -1,4 +1,5 @@
-"""What tests of every package share: a free port, waiting for a server, PostgreSQL."""
+"""What tests of every package share: a free port, waiting for a server, PostgreSQL, an
+audit record."""
 
 from __future__ import annotations
 
@@ -10,7 +11,10 @@ from collections.abc import Callable, Iterator
 from urllib.parse import quote
 
 import httpx
+import numpy as np
 import pytest
+
+from app.audit.records import AuditRecord, now_us
 
 # The machine's PostgreSQL: trust auth on loopback, started by .ci/run when it is down.
 PG_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
@@ -77,3 +81,23 @@ def fresh_schema(prefix: str = "iabma_test") -> Iterator[str]:
 
 def schema_of(url: str) -> str:
     return url.rsplit("%3D", 1)[-1]
+
+
+def make_record(rid: str) -> AuditRecord:
+    return AuditRecord(
+        request_id=rid,
+        created_us=now_us(),
+        model="demo",
+        version="v1",
+        route="predict",
+        task="classification",
+        experts=("a", "b"),
+        classes=(0, 1),
+        weights=np.array([[0.25, 0.75]]),
+        prediction=np.array([[0.4, 0.6]]),
+        uncertainty=np.array([[0.67, 0.6, 0.07, 0.81]]),
+        latency_ms=1.0,
+        input_mode="hash",
+        instances=[{"x": 1}],
+        hash_key=b"k" * 32,
+    )

@@ -77,9 +77,9 @@ def _hidden(ch: str) -> bool:
 
 
 def visible(text: str) -> str:
-    """``text`` with what prints as nothing, or as a plain space, escaped as ``\\uXXXX``;
-    in text not in NFC form, combining marks too, so that two forms of one word differ on
-    screen (``"Zu\\u0308rich"`` beside ``"Zürich"``)."""
+    """``text`` with what prints as nothing, or as a plain space, escaped as ``\\u`` and
+    its hex code point; in text not in NFC form, combining marks too, so that two forms of
+    one word differ on screen (``"Zu\\u0308rich"`` beside ``"Zürich"``)."""
     marks = not unicodedata.is_normalized("NFC", text)
     out = []
     for ch in text:

@@ -10,9 +10,9 @@ from typing import Any
 
 import numpy as np
 import psycopg
-from support import PG_DSN, schema_of
+from support import PG_DSN, make_record, schema_of
 
-from app.audit.records import AuditRecord, now_us
+from app.audit.records import AuditRecord
 from app.audit.store import AuditStore
 from app.audit.writer import AuditWriter
 from app.metrics import ServiceMetrics
@@ -74,26 +74,6 @@ def open_writer(
     )
     writer.start()
     return store, writer
-
-
-def make_record(rid: str) -> AuditRecord:
-    return AuditRecord(
-        request_id=rid,
-        created_us=now_us(),
-        model="demo",
-        version="v1",
-        route="predict",
-        task="classification",
-        experts=("a", "b"),
-        classes=(0, 1),
-        weights=np.array([[0.25, 0.75]]),
-        prediction=np.array([[0.4, 0.6]]),
-        uncertainty=np.array([[0.67, 0.6, 0.07, 0.81]]),
-        latency_ms=1.0,
-        input_mode="hash",
-        instances=[{"x": 1}],
-        hash_key=b"k" * 32,
-    )
 
 
 HOUR = 3_600_000_000

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 import sqlite3
 from pathlib import Path
 
 import numpy as np
 import pytest
+from support import make_record
 
 from app.audit import rollup
 from app.audit.records import AuditRecord, now_us
@@ -20,22 +22,13 @@ def records(n: int, hours: float) -> list[AuditRecord]:
     rng = np.random.default_rng(0)
     now = now_us()
     return [
-        AuditRecord(
-            request_id=f"r{i}",
+        dataclasses.replace(
+            make_record(f"r{i}"),
             created_us=now - int(rng.uniform(0, hours) * HOUR),
-            model="demo",
-            version="v1",
-            route="predict",
-            task="classification",
-            experts=("a", "b"),
-            classes=(0, 1),
             weights=rng.dirichlet([1, 1], size=2),
             prediction=np.full((2, 2), 0.5),
             uncertainty=np.zeros((2, 4)),
-            latency_ms=1.0,
-            input_mode="hash",
             instances=[{}, {}],
-            hash_key=b"k" * 32,
         )
         for i in range(n)
     ]
