@@ -94,8 +94,9 @@ class FeatureTable:
         characters that print as nothing (a byte-order mark), which look alike in a
         message: which one was meant. For an empty name, as a CSV reader gives an unnamed
         column, the model's ``Unnamed: N`` columns, as pandas names them."""
-        near = self._by_loose_name.get(loose(key))
-        if near is None and not loose(key):
+        look = loose(key)
+        near = self._by_loose_name.get(look)
+        if near is None and not look:
             unnamed = [n for n in self.names if _UNNAMED.fullmatch(n)]
             if unnamed:
                 shown = " or ".join(f'"{n}"' for n in unnamed)
@@ -106,7 +107,8 @@ class FeatureTable:
         if near is None or near == key:
             return ""
         # Printed, a no-break space looks like a space and a byte-order mark like nothing.
-        seen = f' "{visible(key)}"' if visible(key) != key else ""
+        shown_key = visible(key)
+        seen = f' "{shown_key}"' if shown_key != key else ""
         return (
             f'{seen}; did you mean "{visible(near)}"? names match exactly, spaces and case included'
         )

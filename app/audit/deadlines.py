@@ -57,9 +57,11 @@ class Deadlines(Generic[T]):
         """``(kept, late)``: the items within their deadline, now claimed for the current
         commit, and those past it or abandoned, never to be written."""
         now = time.monotonic()
+        kept: list[T] = []
+        late: list[T] = []
         with self._lock:
-            late = [it for it in items if self._is_late(it, now)]
-            kept = [it for it in items if not self._is_late(it, now)]
+            for it in items:
+                (late if self._is_late(it, now) else kept).append(it)
             self._abandoned.difference_update(self._future_of(it) for it in late)
             self._claimed.update((self._future_of(it), self._commits) for it in kept)
         return kept, late

@@ -174,6 +174,20 @@ def bucket_rows(engine: Engine, lo: int, hi: int, flt: Any) -> list[tuple[Any, .
         return list(conn.execute(query).cursor.fetchall())
 
 
+def add_buckets(engine: Engine, lo: int, hi: int, flt: Any, into: Sums) -> None:
+    """Add the stored sums of :func:`bucket_rows` to ``into``."""
+    for _time, experts, _version, n_records, n_rows, weight, top in bucket_rows(
+        engine, lo, hi, flt
+    ):
+        into.add(
+            str(experts),
+            np.frombuffer(bytes(weight), "<f8"),
+            np.frombuffer(bytes(top), "<i8"),
+            int(n_rows),
+            int(n_records),
+        )
+
+
 def floor_bucket(us: int) -> int:
     return us // BUCKET_US * BUCKET_US
 

@@ -23,7 +23,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import IO, Any
 
-import numpy as np
 from sqlalchemy import and_, or_, select
 
 from app.audit import rollup
@@ -156,16 +155,7 @@ class AuditStore:
         """
         first, last, edges = self.summed_span(flt, now)
         sums = rollup.Sums()
-        for _time, experts, _version, n_records, n_rows, weight, top in rollup.bucket_rows(
-            self.engine, first, last, flt
-        ):
-            sums.add(
-                str(experts),
-                np.frombuffer(bytes(weight), "<f8"),
-                np.frombuffer(bytes(top), "<i8"),
-                int(n_rows),
-                int(n_records),
-            )
+        rollup.add_buckets(self.engine, first, last, flt, sums)
         for since, until in edges:
             self._add_records(replace(flt, since_us=since, until_us=until), sums)
         return sums.json()

@@ -71,6 +71,7 @@ def test_refused_rows_are_listed_and_fail_the_check(
     df = pd.read_csv(path, dtype=str, keep_default_na=False)
     df.loc[2, "contract-type"] = "satellite"
     df.loc[7, "house size (m²)"] = "big"
+    df.loc[7, "contract-type"] = "balloon"  # two faults in one row: still one row refused
     new = tmp_path / "new.csv"
     df.to_csv(new, index=False)
     code, out = check(capsys, store, new)

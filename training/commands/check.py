@@ -101,11 +101,12 @@ def run(args: argparse.Namespace) -> int:
         unlabelled = [r for r in refused if r.row in empty]
         refused = [r for r in refused if r.row not in empty]
     failed = bool(refused)
-    print(f"accepted {len(rows) - len(refused) - len(unlabelled)} rows, refused {len(refused)}")
+    # A row may have several faults, each a line of the table.
+    n_refused, n = len({r.row for r in refused}), len({r.row for r in unlabelled})
+    print(f"accepted {len(rows) - n_refused - n} rows, refused {n_refused}")
     if refused:
         print(_refusal_table(refused, args.show))
     if unlabelled:
-        n = len({r.row for r in unlabelled})
         print(
             f"also refused {n} row{'s' if n != 1 else ''} without a target, which training "
             "dropped along with any value only they hold; not counted as failures:"
