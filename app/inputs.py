@@ -96,19 +96,19 @@ class FeatureTable:
         column, the model's ``Unnamed: N`` columns, as pandas names them."""
         look = loose(key)
         near = self._by_loose_name.get(look)
+        # Printed, a no-break space looks like a space and a byte-order mark like nothing.
+        shown_key = visible(key)
+        seen = f' "{shown_key}"' if shown_key != key else ""
         if near is None and not look:
             unnamed = [n for n in self.names if _UNNAMED.fullmatch(n)]
             if unnamed:
                 shown = " or ".join(f'"{n}"' for n in unnamed)
                 return (
-                    f"; a column with an empty header is called {shown} by this model (as "
-                    "pandas and iabma train name it); send it under that name"
+                    f"{seen}; a column with an empty header is called {shown} by this model "
+                    "(as pandas and iabma train name it); send it under that name"
                 )
         if near is None or near == key:
             return ""
-        # Printed, a no-break space looks like a space and a byte-order mark like nothing.
-        shown_key = visible(key)
-        seen = f' "{shown_key}"' if shown_key != key else ""
         return (
             f'{seen}; did you mean "{visible(near)}"? names match exactly, spaces and case included'
         )

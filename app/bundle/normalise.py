@@ -98,6 +98,12 @@ def loose(text: str) -> str:
     return " ".join(shown.split()).casefold()
 
 
+def _unaccented(text: str) -> str:
+    return "".join(
+        ch for ch in unicodedata.normalize("NFKD", loose(text)) if not unicodedata.combining(ch)
+    )
+
+
 @dataclass(frozen=True)
 class Normaliser:
     """Reads text cells: whitespace, missing-value strings, numbers written as text."""
@@ -190,14 +196,18 @@ class CategoryMap:
         return f"[{head}{f', ... {more} more' if more > 0 else ''}]"
 
     def near(self, value: object) -> str | None:
-        """The category that looks like ``value`` (another case, Unicode form or spacing)."""
+        """The category that looks like ``value`` (another case, Unicode form or spacing),
+        or else the one it spells without accents (``Kyoto`` for ``Kyōto``)."""
         if not isinstance(value, str):
             return None
-        by_look = self.__dict__.get("_by_look")
-        if by_look is None:  # built on the first miss: hits never need it
-            by_look = {loose(c): c for c in self.categories}
-            object.__setattr__(self, "_by_look", by_look)
-        found: str | None = by_look.get(loose(value))
+        looks = self.__dict__.get("_looks")
+        if looks is None:  # built on the first miss: hits never need them
+            looks = (
+                {loose(c): c for c in self.categories},
+                {_unaccented(c): c for c in self.categories},
+            )
+            object.__setattr__(self, "_looks", looks)
+        found: str | None = looks[0].get(loose(value)) or looks[1].get(_unaccented(value))
         return found
 
     def _unseen(self, value: object) -> tuple[str | None, Problem | None]:
@@ -205,8 +215,8 @@ class CategoryMap:
             return OTHER_CATEGORY, None
         near = self.near(value)
         hint = (
-            f"; did you mean {json_repr(near)}? categories match exactly, case and Unicode "
-            "form included"
+            f"; did you mean {json_repr(near)}? categories match exactly, case, accents and "
+            "Unicode form included"
             if near is not None
             else ""
         )

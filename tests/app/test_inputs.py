@@ -42,6 +42,8 @@ def test_an_empty_name_is_pointed_at_the_models_unnamed_columns() -> None:
     t = table("Unnamed: 0", "Unnamed: 3.1", "x1")
     assert '"Unnamed: 0" or "Unnamed: 3.1" by this model' in t.near_hint("")
     assert "Unnamed" in t.near_hint(" ")
+    # A CSV read as utf-8 rather than utf-8-sig: the empty first header is a byte-order mark.
+    assert t.near_hint("\ufeff").startswith(' "\\ufeff"; a column with an empty header')
     assert table("x1").near_hint("") == ""
 
 
@@ -53,6 +55,8 @@ def test_a_category_in_another_form_or_case_is_hinted_and_shown_apart() -> None:
     _, problem = cats.lookup("Tokyo 🗼\ufe0f")  # an emoji with its variation selector
     assert problem is not None and 'did you mean "Tokyo 🗼"?' in problem[1]
     assert '"Tokyo 🗼\\ufe0f"' in problem[1]
+    _, problem = cats.lookup("zurich")  # typed without the umlaut
+    assert problem is not None and 'did you mean "Zürich"?' in problem[1]
     _, problem = cats.lookup("Berlin")
     assert problem is not None and "did you mean" not in problem[1]
     assert cats.lookup("Zürich") == ("Zürich", None)
