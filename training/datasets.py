@@ -1,7 +1,8 @@
-"""The benchmark data: the paper's simulation and the shared CSVs, plus any other CSV.
+"""The benchmark data: the paper's simulation, the shared CSVs, the small sets that
+scikit-learn ships, and any other CSV.
 
 Nothing is downloaded: the CSVs are read from ``../shared/datasets`` next to the repo (or
-``IABMA_DATA_DIR``, or an explicit ``data_dir``).
+``IABMA_DATA_DIR``, or an explicit ``data_dir``); scikit-learn's sets come with its wheel.
 """
 
 from __future__ import annotations
@@ -62,6 +63,17 @@ SHARED = {
 }
 
 
+#: scikit-learn's bundled sets (``sklearn.datasets.load_*``, files inside the wheel).
+SKLEARN = {
+    "breast-cancer": ("load_breast_cancer", "classification"),
+    "diabetes": ("load_diabetes", "regression"),
+    "wine": ("load_wine", "classification"),
+    "digits": ("load_digits", "classification"),
+}
+#: Every named dataset ``load_shared`` reads (the simulation is generated).
+NAMED = (*SHARED, *SKLEARN)
+
+
 def default_data_dir() -> Path:
     env = os.environ.get("IABMA_DATA_DIR")
     if env:
@@ -70,11 +82,27 @@ def default_data_dir() -> Path:
 
 
 def load_shared(name: str, data_dir: Path | None = None) -> Dataset:
+    """A shared CSV or one of scikit-learn's bundled sets, by name."""
+    if name in SKLEARN:
+        return load_sklearn(name)
     if name not in SHARED:
-        raise ParameterError("dataset", name, f"must be one of {sorted(SHARED)} or 'simulation'")
+        raise ParameterError("dataset", name, f"must be one of {list(NAMED)} or 'simulation'")
     spec = SHARED[name]
     path = Path(data_dir or default_data_dir()) / spec.file
     return load_csv(path, spec.target, spec.task, spec.drop, name=name)
+
+
+def load_sklearn(name: str) -> Dataset:
+    """One of :data:`SKLEARN`, as a frame of float features and its target."""
+    import sklearn.datasets
+
+    loader, task = SKLEARN[name]
+    bunch = getattr(sklearn.datasets, loader)(as_frame=True)
+    X = bunch.data.astype(np.float64).reset_index(drop=True)
+    X.columns = [str(c) for c in X.columns]
+    y = bunch.target.reset_index(drop=True)
+    y = y.astype(np.float64 if task == "regression" else np.int64).rename("target")
+    return Dataset(name, task, X, y)
 
 
 def load_csv(

@@ -115,3 +115,29 @@ def test_the_default_missing_values_are_pandas_and_the_user_adds_more(csv) -> No
     assert FeatureSchema.infer(data.X).features[0].dtype == "string"
     data = load_csv(csv(df), "t", "regression", na_values=["?"])
     assert pd.api.types.is_numeric_dtype(data.X["a"]) and data.X["a"].isna().sum() == 1
+
+
+@pytest.mark.parametrize(
+    ("name", "task", "rows", "columns", "classes"),
+    [
+        ("breast-cancer", "classification", 569, 30, 2),
+        ("diabetes", "regression", 442, 10, None),
+        ("wine", "classification", 178, 13, 3),
+        ("digits", "classification", 1797, 64, 10),
+    ],
+)
+def test_scikit_learns_bundled_sets_load_by_name(name, task, rows, columns, classes) -> None:
+    """No file and no download: the sets come with scikit-learn's wheel."""
+    data = load_shared(name, data_dir=None)
+    assert (data.name, data.task) == (name, task)
+    assert data.X.shape == (rows, columns) and len(data.y) == rows
+    assert all(str(dt) == "float64" for dt in data.X.dtypes)
+    if classes is None:
+        assert data.y.dtype == np.float64
+    else:
+        assert data.y.dtype == np.int64 and data.y.nunique() == classes
+
+
+def test_an_unknown_dataset_name_lists_the_known_ones() -> None:
+    with pytest.raises(ParameterError, match="dataset='iris'.*digits"):
+        load_shared("iris")

@@ -14,7 +14,11 @@ from app.bundle.normalise import PANDAS_NA_VALUES
 def add_parser(sub: Any) -> None:
     p = sub.add_parser("train", help="train experts and the IA-BMA gate, write a bundle")
     src = p.add_mutually_exclusive_group(required=True)
-    src.add_argument("--dataset", help="simulation, spambase, credit-g, bike or california")
+    src.add_argument(
+        "--dataset",
+        help="simulation, spambase, credit-g, bike, california, or one of scikit-learn's: "
+        "breast-cancer, diabetes, wine, digits",
+    )
     src.add_argument("--csv", type=Path, help="any CSV file")
     p.add_argument("--target", help="target column (with --csv)")
     p.add_argument("--task", choices=["classification", "regression"], help="with --csv")

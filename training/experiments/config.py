@@ -17,7 +17,18 @@ from typing import Any
 
 from training.errors import ParameterError
 
-DATASETS = ("simulation", "spambase", "credit-g", "bike", "california")
+#: The paper's five, then the sets scikit-learn ships (``training.datasets.SKLEARN``).
+DATASETS = (
+    "simulation",
+    "spambase",
+    "credit-g",
+    "bike",
+    "california",
+    "breast-cancer",
+    "diabetes",
+    "wine",
+    "digits",
+)
 
 PAPER_DEFAULTS: dict[str, Any] = {
     "protocol": {
