@@ -62,7 +62,7 @@ def add_parser(sub: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     from training.errors import ParameterError
     from training.experiments.config import load_config
-    from training.experiments.results import format_table
+    from training.experiments.results import format_paired, format_table
     from training.experiments.runner import CsvSource, run_quality
 
     csv = None
@@ -90,6 +90,8 @@ def run(args: argparse.Namespace) -> int:
         progress=not args.quiet,
     )
     print(format_table(results))
+    if results.get("paired") or results.get("shipped"):
+        print("\n" + format_paired(results))
     print(
         f"\nwrote results.json, results.md, details.json and plots to {args.out} "
         f"in {time.perf_counter() - t0:.1f} s"

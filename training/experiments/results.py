@@ -41,6 +41,39 @@ def mean_sd(values: Sequence[float]) -> dict[str, float]:
     return {"mean": float(v.mean()), "sd": sd}
 
 
+def paired(scores: PerRep, reference: str = "iabma", metric: str = "nll") -> dict[str, Any] | None:
+    """``reference``'s score minus every other method's, repetition by repetition: mean,
+    sd and the repetitions where ``reference`` is lower (None without ``reference``)."""
+    if reference not in scores:
+        return None
+    ref = np.array([rep[metric] for rep in scores[reference]], dtype=np.float64)
+    against = {}
+    for m in (m for m in METHODS if m in scores and m != reference):
+        diff = ref - np.array([rep[metric] for rep in scores[m]], dtype=np.float64)
+        against[m] = {
+            **mean_sd(diff.tolist()),
+            "wins": int((diff < 0).sum()),
+            "reps": int(diff.size),
+        }
+    return {"reference": reference, "metric": metric, "against": against}
+
+
+def searched(selected: Mapping[str, Sequence[Mapping[str, Any]]]) -> dict[str, Any]:
+    """Per searched method: the gate it shipped and the objective and lambda it chose,
+    one entry per repetition."""
+    shipped = {m: [s["gate"] for s in sel] for m, sel in selected.items() if _all(sel, "gate")}
+    chosen = {
+        m: [{"objective": s["objective"], "kl_weight": float(s["kl_weight"])} for s in sel]
+        for m, sel in selected.items()
+        if _all(sel, "objective")
+    }
+    return {"shipped": shipped, "chosen": chosen}
+
+
+def _all(selected: Sequence[Mapping[str, Any]], key: str) -> bool:
+    return bool(selected) and all(key in s for s in selected)
+
+
 def aggregate(
     dataset: str,
     task: str,
@@ -48,11 +81,13 @@ def aggregate(
     scores: PerRep,
     fit_seconds: Mapping[str, Sequence[float]],
     tuning: Mapping[str, Mapping[str, Any]] | None = None,
+    selected: Mapping[str, Sequence[Mapping[str, Any]]] | None = None,
 ) -> dict[str, Any]:
     """The ``results.json`` dict, validated against its schema.
 
     ``tuning``: per method, ``search`` and ``temperature`` (text) and the list of fitted
-    ``temperatures``, one per repetition.
+    ``temperatures``, one per repetition. ``selected``: per searched method, its
+    ``selected_`` of each repetition.
     """
     metrics = METRICS[task]
     methods = [m for m in METHODS if m in scores]
@@ -74,6 +109,10 @@ def aggregate(
             }
             for m in methods
         }
+    pairs = paired(scores)
+    if pairs is not None:
+        results["paired"] = pairs
+    results.update(searched(selected or {}))
     return validate_results(results)
 
 
@@ -140,6 +179,26 @@ def format_fit_table(results: Mapping[str, Any]) -> str:
     )
 
 
+def format_paired(results: Mapping[str, Any]) -> str:
+    """The reference's paired test-NLL differences and the gates shipped (markdown)."""
+    pairs = results.get("paired")
+    lines: list[str] = []
+    if pairs:
+        ref = pairs["reference"]
+        lines += [
+            f"| {ref} − method | test NLL, mean | sd | {ref} better |",
+            "|---|---|---|---|",
+        ]
+        for m, d in pairs["against"].items():
+            lines.append(f"| {m} | {d['mean']:+.4f} | {d['sd']:.4f} | {d['wins']}/{d['reps']} |")
+    for m, gates in results.get("shipped", {}).items():
+        counts = {g: gates.count(g) for g in dict.fromkeys(gates)}
+        lines.append(
+            f"\n{m} shipped: " + ", ".join(f"{g} {c}/{len(gates)}" for g, c in counts.items())
+        )
+    return "\n".join(lines).strip("\n")
+
+
 def render_markdown(results: Mapping[str, Any], header: Sequence[str]) -> str:
     """``results.md``: a title, ``header`` bullet lines, both tables and the footnotes."""
     title = f"# Quality benchmark: {results['dataset']} ({results['task']})"
@@ -162,6 +221,13 @@ def render_markdown(results: Mapping[str, Any], header: Sequence[str]) -> str:
         )
     parts = [title, "", *[f"- {h}" for h in header], "", format_table(results), ""]
     parts += [f"{i}. {n}" for i, n in enumerate(notes, 1)]
+    if results.get("paired") or results.get("shipped"):
+        parts += [
+            "",
+            "## Paired differences (same experts and test rows per repetition)",
+            "",
+            format_paired(results),
+        ]
     parts += [
         "",
         "## Combiner fit time (seconds; the experts are shared and timed apart)",

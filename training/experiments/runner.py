@@ -178,7 +178,7 @@ def run_quality(
         m: {**tuning_of(got.last[m].combiner, m), "temperatures": got.temperatures[m]}
         for m in methods
     }
-    results = aggregate(name, rd.task, reps, got.scores, got.fit_seconds, tuning)
+    results = aggregate(name, rd.task, reps, got.scores, got.fit_seconds, tuning, got.selected)
     details = _details(
         name,
         rd,

@@ -6,7 +6,17 @@
      "methods": {METHOD: {METRIC: {"mean": float, "sd": float}}},
      "fit_seconds": {METHOD: {"mean": float, "sd": float}},
      "tuning": {METHOD: {"search": str, "temperature": str,
-                         "temperature_fitted": {"mean": float, "sd": float}}}}
+                         "temperature_fitted": {"mean": float, "sd": float}}},
+     "paired": {"reference": "iabma", "metric": "nll",
+                "against": {METHOD: {"mean": float, "sd": float, "wins": int,
+                                     "reps": int}}},
+     "shipped": {METHOD: [str, ...]},
+     "chosen": {METHOD: [{"objective": str, "kl_weight": float}, ...]}}
+
+``paired`` is the reference's test NLL minus each other method's, repetition by
+repetition (negative favours the reference; ``wins`` counts repetitions where the
+reference is lower). ``shipped`` is the gate each searched method shipped per repetition
+(``network`` or a plain gate), ``chosen`` the objective and lambda its search chose.
 
 Anything else a run produces (per-repetition values, the variants IA-BMA chose, timings of
 the experts, versions) goes to ``details.json``, so this file stays comparable across runs
@@ -72,11 +82,36 @@ class Tuning(_Strict):
     temperature_fitted: Stat
 
 
+class PairedStat(_Strict):
+    """The reference's score minus a rival's, over repetitions (paired)."""
+
+    mean: float
+    sd: float = Field(ge=0.0)
+    wins: int = Field(ge=0)  # repetitions where the reference scored better
+    reps: int = Field(ge=1)
+
+
+class Paired(_Strict):
+    reference: MethodName
+    metric: Literal["nll"]
+    against: dict[MethodName, PairedStat]
+
+
+class Chosen(_Strict):
+    objective: Literal["elbo", "marginal"]
+    kl_weight: float = Field(ge=0.0)
+
+
 class _Results(_Strict):
     dataset: str = Field(min_length=1)
     reps: int = Field(ge=1)
     fit_seconds: dict[MethodName, Stat] = Field(min_length=1)
     tuning: dict[MethodName, Tuning] | None = None
+    paired: Paired | None = None
+    shipped: dict[MethodName, list[Literal["network", "uniform", "best_single", "stacking"]]] = (
+        Field(default_factory=dict)
+    )
+    chosen: dict[MethodName, list[Chosen]] = Field(default_factory=dict)
 
     @model_validator(mode="after")
     def _same_methods(self) -> _Results:

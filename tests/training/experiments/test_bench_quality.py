@@ -25,7 +25,17 @@ def png_size(path: Path) -> tuple[int, int]:
 def test_results_json_has_exactly_the_documented_form(simulation_run) -> None:
     res = simulation_run.results
     validate_results(res)
-    assert set(res) == {"dataset", "task", "reps", "methods", "fit_seconds", "tuning"}
+    assert set(res) == {
+        "dataset",
+        "task",
+        "reps",
+        "methods",
+        "fit_seconds",
+        "tuning",
+        "paired",
+        "shipped",
+        "chosen",
+    }
     assert (res["dataset"], res["task"], res["reps"]) == ("simulation", "classification", 2)
     assert list(res["methods"]) == list(METHODS)
     for scores in res["methods"].values():
@@ -42,6 +52,21 @@ def test_results_json_has_exactly_the_documented_form(simulation_run) -> None:
     assert tuning["iabma_no_temp"]["temperature"] == "none"
     assert tuning["iabma_no_temp"]["temperature_fitted"] == {"mean": 1.0, "sd": 0.0}
     assert tuning["uniform"]["temperature_fitted"] == {"mean": 1.0, "sd": 0.0}
+    # The default IA-BMA against every other row, paired by repetition, from the rows' own
+    # per-repetition scores; and what each searched gate shipped and chose.
+    pairs = res["paired"]
+    assert (pairs["reference"], pairs["metric"]) == ("iabma", "nll")
+    assert list(pairs["against"]) == [m for m in METHODS if m != "iabma"]
+    details = json.loads((simulation_run.out / "details.json").read_text())["per_rep"]
+    for rival, stat in pairs["against"].items():
+        diff = [a["nll"] - b["nll"] for a, b in zip(details["iabma"], details[rival], strict=True)]
+        assert stat["mean"] == pytest.approx(np.mean(diff), abs=1e-12)
+        assert stat["sd"] == pytest.approx(np.std(diff, ddof=1), abs=1e-12)
+        assert (stat["wins"], stat["reps"]) == (sum(d < 0 for d in diff), 2)
+    assert set(res["shipped"]) >= {"iabma", "moe_tuned", "iabma_lambda0"}
+    assert all(len(g) == 2 and set(g) <= {"network", "stacking"} for g in res["shipped"].values())
+    assert res["shipped"]["iabma"] == ["network", "network"]  # the simulation needs the input
+    assert all(c["kl_weight"] == 0.0 for c in res["chosen"]["moe_tuned"])
     schema = json.loads((simulation_run.out / "results.schema.json").read_text())
     assert schema["$defs"]["ClassificationResults"]["additionalProperties"] is False
 
