@@ -126,3 +126,28 @@ def dense_layers(g: GraphBuilder, x: str, layers: Sequence[tuple[np.ndarray, np.
         if i < len(layers) - 1:
             x = g.op("Relu", [x])
     return x
+
+
+def mean_softmax(
+    g: GraphBuilder, x: str, nets: Sequence[Sequence[tuple[np.ndarray, np.ndarray]]]
+) -> str:
+    """The mean over ``nets`` (networks of one shape) of ``softmax(dense_layers(x))``.
+
+    The first layers run as one MatMul; the rest as batched MatMuls over a leading
+    network axis, so the graph has the same dozen nodes however many networks it holds.
+    """
+    if len(nets) == 1:
+        return g.softmax_rows(dense_layers(g, x, nets[0]))
+    k = len(nets)
+    w0 = np.concatenate([net[0][0] for net in nets], axis=1)
+    b0 = np.concatenate([net[0][1] for net in nets]).reshape(1, -1)
+    h = g.op("Add", [g.op("MatMul", [x, g.const(w0, "W")]), g.const(b0, "b")])
+    width = nets[0][0][0].shape[1]
+    h = g.op("Reshape", [h, g.const(np.array([0, k, width], dtype=np.int64))])
+    h = g.op("Transpose", [h], perm=[1, 0, 2])  # (networks, rows, width)
+    for i in range(1, len(nets[0])):
+        h = g.op("Relu", [h])
+        w = np.stack([net[i][0] for net in nets])
+        b = np.stack([net[i][1] for net in nets])[:, None, :]
+        h = g.op("Add", [g.op("MatMul", [h, g.const(w, "W")]), g.const(b, "b")])
+    return g.op("ReduceMean", [g.op("Softmax", [h], axis=-1)], axes=[0], keepdims=0)

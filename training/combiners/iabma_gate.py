@@ -1,9 +1,9 @@
 """IA-BMA's gate: the amortised posterior ``q_theta(J | x)`` trained against the adaptive prior.
 
-With ``"auto"`` settings the gate chooses its own variant on an inner validation split of
-the *training* rows (never on test data): every candidate ``(objective, kl_weight,
-prior_temperature)`` trains at once as one batched network, the lowest mixture NLL wins,
-and the winner is refitted on all the training rows. See docs/method.md, "The gate".
+With ``"auto"`` settings the gate chooses its own variant on held-out *training* rows
+(never on test data; :mod:`training.combiners.selection`), ships the chosen networks or
+stacking's pool (:mod:`training.combiners.guard`), and exports either as ONNX. See
+docs/method.md, "The gate".
 """
 
 from __future__ import annotations
@@ -22,12 +22,21 @@ from training.combiners.base import (
     constant_weights,
     constant_weights_onnx,
 )
-from training.combiners.selection import SelectionConfig, search_candidates
+from training.combiners.choice import Layers
+from training.combiners.fallback import POOL_PENALTY, calibrated_pool, tempered_log_lik
+from training.combiners.guard import guard
+from training.combiners.selection import (
+    SearchOutcome,
+    SelectionConfig,
+    report,
+    search_candidates,
+)
 from training.errors import ParameterError
 from training.evidence import Evidence, prior_energy
-from training.nn.net import HIDDEN, mlp_logits, softmax_f32
+from training.nn.net import HIDDEN, mean_softmax
 from training.nn.trainer import Member, Objective, train_members
-from training.onnx_graph import GraphBuilder, dense_layers
+from training.onnx_graph import GraphBuilder
+from training.onnx_graph import mean_softmax as onnx_mean_softmax
 from training.params import check_choice, check_int, check_positive, check_real, is_real
 
 KL_GRID = (0.0, 0.01, 0.03, 0.1, 0.3, 1.0)
@@ -64,23 +73,22 @@ class IABMAGate(Combiner):
         every sigma times T), fitted by NLL on the held-out rows of the selection. The
         mixture of OOF-weighted experts tends to be under-confident, so T < 1 is common.
     early_stopping : bool, default=True
-        Pick the training length (up to ``epochs``) by held-out mixture NLL as well; the
-        refit on all rows then runs for the same number of optimiser steps.
+        Pick the training length (up to ``epochs``) by held-out mixture NLL as well.
     stopping_rule : {"one_se", "min"}, default="one_se"
         With early stopping, the winner's epoch: the lowest held-out NLL (``"min"``), or
-        the earliest epoch whose NLL is within one paired standard error of that (per-row
-        differences on the same held-out rows): the minimum of a noisy curve is
-        optimistic, and fewer steps are the more regularised gate.
+        the earliest epoch whose NLL is within one paired standard error of that: the
+        minimum of a noisy curve is optimistic, and fewer steps are the more regularised
+        gate.
     n_iter_no_change : int or None, default=4
-        With early stopping, end a training pass of the search once this many epochs in
-        a row improved no candidate's held-out NLL, as scikit-learn's MLP does: those
-        epochs could not be chosen. None trains every pass for ``epochs``.
+        With early stopping, end the search's first training pass once this many epochs
+        in a row improved no candidate's NLL on its steering rows; the later passes train
+        as long. None trains every pass for ``epochs``.
     selection_folds : int or "auto", default="auto"
         How candidates are compared: by k-fold cross-validation over the training rows, or
         on one validation split (1). ``"auto"``: 5 folds below 1000 rows, 3 up to 3000,
         else one split.
     selection_repeats : int or "auto", default="auto"
-        Repeat that with other folds and average: ``"auto"`` repeats twice below 1000 rows.
+        Repeat the cross-validation with other folds and average (``"auto"``: once).
     validation_fraction : float, default=0.2
         Share of the training rows held out when there is one validation split.
     search_max_rows : int or None, default=5000
@@ -92,11 +100,20 @@ class IABMAGate(Combiner):
         Epochs over the selection's training rows (the most, with early stopping). The
         paper's 10 leave the gate under-trained on small data (the simulation: 130 steps).
     fallback : bool, default=True
-        After the search, compare the chosen network on the same held-out rows with three
-        constant gates: the uniform average, the best single expert and stacking's linear
-        pool (weights fitted on the other folds), each with its own temperature; unless the
-        network beats all three, the best of them ships.
-        ``selected_["gate"]`` says which shipped and ``selected_["gate_reason"]`` why.
+        Ship the network only if it beats stacking's pool on held-out rows that took no
+        part in choosing it, by more than ``guard_se`` standard errors; else ship the
+        pool. ``selected_["gate"]`` says which shipped and ``selected_["gate_reason"]``
+        why.
+    guard_se : float, default=1.0
+        The network's paired advantage over the pool must exceed this many standard
+        errors.
+    bagging : bool, default=True
+        With cross-validated selection, the gate averages the chosen candidate of every
+        fold at the chosen epoch; otherwise (and with one validation split) one network
+        is refitted on every row for as many steps.
+    tempered : bool, default=True
+        Train the networks on the experts tempered as they will be served: at the
+        temperature fitted together with stacking's pool on the same rows.
     random_state : int
         Seeds the split, the initialisation and the minibatch order.
     """
@@ -126,6 +143,9 @@ class IABMAGate(Combiner):
         batch_size: int = 64,
         epochs: int = 40,
         fallback: bool = True,
+        guard_se: float = 1.0,
+        bagging: bool = True,
+        tempered: bool = True,
         random_state: int = 0,
         verbose: bool = False,
     ) -> None:
@@ -150,6 +170,9 @@ class IABMAGate(Combiner):
         self.batch_size = batch_size
         self.epochs = epochs
         self.fallback = fallback
+        self.guard_se = guard_se
+        self.bagging = bagging
+        self.tempered = tempered
         self.random_state = random_state
         self.verbose = verbose
 
@@ -183,6 +206,7 @@ class IABMAGate(Combiner):
             check_int("mc_samples", self.mc_samples)
         if self.temperature not in (None, "auto"):
             check_positive("temperature", self.temperature)
+        check_real("guard_se", self.guard_se, low=0.0)
         return objectives, lams, taus
 
     # -- fitting --------------------------------------------------------------------------
@@ -210,24 +234,27 @@ class IABMAGate(Combiner):
         searching = len(members) > 1 or self.early_stopping or self.temperature == "auto"
         chosen, epochs, self.temperature_ = members[0], self.epochs, 1.0
         self.search_results_: list[dict[str, Any]] = []
-        choice = None
+        found, choice = None, None
         if searching:
             found = search_candidates(config, Z, evidence, log_priors, members)
-            chosen, steps, choice = members[found.winner], found.steps, found.choice
-            self.temperature_ = found.temperature
+            chosen = members[found.chosen.candidate]
+            self.temperature_ = found.chosen.temperature
             self.search_results_ = [
                 {
                     "objective": mb.objective,
                     "kl_weight": mb.kl_weight,
                     "prior_temperature": taus[mb.prior_index],
-                    **found.scores[k],
+                    **row,
                 }
-                for k, mb in enumerate(members)
+                for mb, row in zip(members, report(found, len(members)), strict=True)
             ]
             self.n_selection_folds_ = found.n_splits
             # The refit sees more rows per epoch; it trains for as many steps as the
             # chosen candidate did, which is what its validation score measured.
+            steps = (found.chosen.epoch + 1) * found.steps_per_epoch
             epochs = max(1, round(steps / -(-evidence.n // int(self.batch_size))))
+            if config.fallback:
+                choice = guard(found.held, config, evidence)
         elif isinstance(self.temperature, (int, float)):
             self.temperature_ = float(self.temperature)
         self.selected_: dict[str, Any] = {
@@ -238,30 +265,47 @@ class IABMAGate(Combiner):
             "temperature": self.temperature_,
         }
         self.constant_weights_: np.ndarray | None = None
-        self.layers_: list[tuple[np.ndarray, np.ndarray]] | None = None
         if choice is not None:
             self.temperature_ = choice.temperature
             self.selected_.update(
                 gate=choice.kind,
                 gate_reason=choice.reason,
                 held_out_nll=choice.held_out_nll,
+                gate_advantage=choice.advantage,
+                gate_standard_error=choice.standard_error,
                 temperature=choice.temperature,
             )
             self.constant_weights_ = choice.constant
+        self.networks_: list[Layers] = []
         if self.constant_weights_ is None:
-            result = train_members(
-                Z,
-                evidence.log_lik,
-                log_priors,
-                [chosen],
-                epochs=epochs,
-                **config.net_kwargs(),
-            )
-            self.layers_ = result.layers[0]
+            self.networks_ = self._networks(config, Z, evidence, log_priors, chosen, epochs, found)
+            self.selected_.update(networks=len(self.networks_))
         self.prior_baseline_ = baseline_for_new_inputs(energy, self.energy_reduction)
         self.prior_temperature_ = taus[chosen.prior_index]
         self.n_features_in_ = Z.shape[1]
         return self
+
+    def _networks(
+        self,
+        config: SelectionConfig,
+        Z: np.ndarray,
+        ev: Evidence,
+        log_priors: np.ndarray,
+        chosen: Member,
+        epochs: int,
+        found: SearchOutcome | None,
+    ) -> list[Layers]:
+        """The networks the gate averages: with cross-validated selection and
+        ``bagging``, the chosen candidate of every fold at the chosen epoch; else one
+        network refitted on every row."""
+        if found is not None and self.bagging and found.held.folds:
+            return found.chosen.bag(found.held)
+        lik = ev.log_lik
+        if found is not None and config.tempered:
+            lik = tempered_log_lik(ev, calibrated_pool(ev, POOL_PENALTY)[1])
+        result = train_members(Z, lik, log_priors, [chosen], epochs=epochs, **config.net_kwargs())
+        assert result.layers[0] is not None
+        return [result.layers[0]]
 
     def selection_config(self) -> SelectionConfig:
         """The settings the candidate search and the refit read, as one frozen value."""
@@ -280,27 +324,27 @@ class IABMAGate(Combiner):
             search_max_rows=None if self.search_max_rows is None else int(self.search_max_rows),
             random_state=int(self.random_state),
             patience=None if self.n_iter_no_change is None else int(self.n_iter_no_change),
+            guard_se=float(self.guard_se),
+            tempered=bool(self.tempered),
             progress=bool(self.verbose),
         )
 
     # -- prediction and export ------------------------------------------------------------
     def weights(self, Z: np.ndarray) -> np.ndarray:
-        self._check_fitted("layers_")
+        self._check_fitted("networks_")
         Z = check_features(Z, self.n_features_in_)
         if self.constant_weights_ is not None:
             return constant_weights(len(Z), self.constant_weights_)
-        assert self.layers_ is not None
-        w = softmax_f32(mlp_logits(Z, self.layers_))
+        w = mean_softmax(Z, self.networks_).astype(np.float32)
         # float32 rows sum to 1 only within ~1e-7; float64 renormalising makes the simplex
         # exact without moving a weight by more than that (the served graph does the same).
         return w / w.sum(axis=1, keepdims=True, dtype=np.float64)
 
     def to_onnx(self, g: GraphBuilder, z: str) -> str:
-        self._check_fitted("layers_")
+        self._check_fitted("networks_")
         if self.constant_weights_ is not None:
             return constant_weights_onnx(g, z, self.constant_weights_)
-        assert self.layers_ is not None
-        return g.softmax_rows(dense_layers(g, z, self.layers_))
+        return onnx_mean_softmax(g, z, self.networks_)
 
     def manifest_params(self) -> dict[str, Any]:
         params = super().manifest_params()

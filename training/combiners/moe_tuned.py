@@ -37,6 +37,9 @@ class TunedMoEGate(IABMAGate):
         batch_size: int = 64,
         epochs: int = 40,
         fallback: bool = True,
+        guard_se: float = 1.0,
+        bagging: bool = True,
+        tempered: bool = True,
         random_state: int = 0,
         verbose: bool = False,
     ) -> None:
@@ -56,6 +59,9 @@ class TunedMoEGate(IABMAGate):
             batch_size=batch_size,
             epochs=epochs,
             fallback=fallback,
+            guard_se=guard_se,
+            bagging=bagging,
+            tempered=tempered,
             random_state=random_state,
             verbose=verbose,
         )

@@ -24,13 +24,18 @@ from sklearn.linear_model import Ridge
 from sklearn.model_selection import GridSearchCV, KFold
 
 from training.combiners.base import check_fit_inputs
-from training.combiners.fallback import fit_or_fixed_temperature, pooled_weights
+from training.combiners.fallback import (
+    calibrated_pool,
+    fit_or_fixed_temperature,
+    pooled_weights,
+    row_nll,
+)
 from training.combiners.static import _ConstantCombiner
 from training.errors import ParameterError
 from training.evidence import Evidence
 from training.params import check_int
 
-PENALTY_GRID = (1e-3, 1e-2, 1e-1, 1.0, 10.0, 100.0)
+PENALTY_GRID = (1e-5, 1e-4, 1e-3, 1e-2, 1e-1, 1.0, 10.0, 100.0)
 FOLDS = 5
 
 
@@ -44,6 +49,9 @@ class StackingCombiner(_ConstantCombiner):
       ``softmax(b)``, fitted by the log score with an L2 penalty on ``b`` chosen by 5-fold
       cross-validated log score. ``StackingClassifier``'s own ``LogisticRegression`` would
       return a new distribution, not weights over the experts, so it cannot be a gate.
+      With ``temperature="auto"`` the weights and the mixture temperature are fitted
+      together (:func:`~training.combiners.fallback.calibrated_pool`), in the
+      cross-validation too.
 
     Parameters
     ----------
@@ -81,20 +89,36 @@ class StackingCombiner(_ConstantCombiner):
             total = coef.sum()
             w = coef / total if total > 0 else np.full(evidence.m, 1.0 / evidence.m)
         else:
+            joint = self.temperature == "auto"
             cv = KFold(FOLDS, shuffle=True, random_state=0)
             scores = []
             for penalty in grid:
                 held = 0.0
                 for tr, va in cv.split(evidence.log_lik):
-                    wf = pooled_weights(evidence.log_lik[tr], penalty)
-                    held += float(logsumexp(np.log(wf) + evidence.log_lik[va], axis=1).sum())
+                    held += _held_out_log_score(evidence, tr, va, penalty, joint)
                 scores.append(held)
             self.penalty_ = grid[int(np.argmax(scores))]
+            if joint:
+                self.weights_, self.temperature_ = calibrated_pool(evidence, self.penalty_)
+                self.n_features_in_ = Z.shape[1]
+                return self
             w = pooled_weights(evidence.log_lik, self.penalty_)
         self.weights_ = w
         self.temperature_ = fit_or_fixed_temperature(self.temperature, w, evidence)
         self.n_features_in_ = Z.shape[1]
         return self
+
+
+def _held_out_log_score(
+    ev: Evidence, tr: np.ndarray, va: np.ndarray, penalty: float, joint: bool
+) -> float:
+    """The log score on rows ``va`` of the pool fitted on rows ``tr`` (with its
+    temperature, fitted jointly, when ``joint``)."""
+    if not joint:
+        w = pooled_weights(ev.log_lik[tr], penalty)
+        return float(logsumexp(np.log(w) + ev.log_lik[va], axis=1).sum())
+    w, t = calibrated_pool(ev.rows(tr), penalty)
+    return -float(row_nll(np.tile(w, (len(va), 1)), ev.rows(va), t).sum())
 
 
 class EnsembleSelectionCombiner(_ConstantCombiner):

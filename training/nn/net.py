@@ -79,3 +79,11 @@ def mlp_logits(z: np.ndarray, layers: Sequence[tuple[np.ndarray, np.ndarray]]) -
 def softmax_f32(logits: np.ndarray) -> np.ndarray:
     e = np.exp(logits - logits.max(axis=1, keepdims=True))
     return (e / e.sum(axis=1, keepdims=True)).astype(np.float64)
+
+
+def mean_softmax(
+    z: np.ndarray, nets: Sequence[Sequence[tuple[np.ndarray, np.ndarray]]]
+) -> np.ndarray:
+    """The mean over ``nets`` of ``softmax(mlp_logits(z))`` (float64), as the exported
+    graph computes it."""
+    return np.mean([softmax_f32(mlp_logits(z, layers)) for layers in nets], axis=0)

@@ -53,6 +53,8 @@ class TrainResult:
     val_logits: np.ndarray | None  # (epochs, K, n_val, m) gate logits on them, if recorded
     epochs_run: int = 0  # fewer than asked when ``patience`` stopped the pass
     pruned_after: int | None = None  # the epoch after which ``prune`` dropped members
+    # per member still alive at the end: its layers after every epoch, if recorded
+    snapshots: dict[int, list[list[tuple[np.ndarray, np.ndarray]]]] | None = None
 
 
 def member_objective(
@@ -263,6 +265,8 @@ def train_members(
     record_val_logits: bool = False,
     prune: tuple[int, int] | None = None,
     patience: int | None = None,
+    steer: np.ndarray | None = None,
+    snapshots: bool = False,
     progress: bool = False,
 ) -> TrainResult:
     """Train ``len(members)`` networks in one pass over the data.
@@ -286,6 +290,13 @@ def train_members(
         Stop the pass once ``patience`` epochs in a row brought no member a new lowest
         validation NLL: with early stopping the later epochs could not be chosen. Their
         entries are NaN.
+    steer : int array, optional
+        The validation rows (indices into them) whose NLL decides ``prune`` and
+        ``patience``; by default all. The others are only scored, so that a later
+        comparison on them is not biased by these decisions.
+    snapshots : bool
+        Keep every member's layers after every epoch (``TrainResult.snapshots``), so a
+        caller can take a member at any epoch without retraining.
     """
     if (record_val_logits or prune or patience) and validation is None:
         raise ValueError("record_val_logits, prune and patience need validation rows")
@@ -304,11 +315,14 @@ def train_members(
     if validation is not None:
         zv = np.ascontiguousarray(validation[0], dtype=np.float32)
         lv = np.ascontiguousarray(validation[1], dtype=np.float32)
+        if steer is None:
+            steer = np.arange(len(zv))
         if record_val_logits:
             seen = np.full((epochs, K, len(validation[0]), m), np.nan, dtype=np.float32)
     bar = _progress(epochs, progress)
     lowest, last_gain, epochs_run = np.full(K, np.inf), np.zeros(K, dtype=int), 0
     pruned_after: int | None = None
+    kept: list[tuple[np.ndarray, list[list[tuple[np.ndarray, np.ndarray]]]]] = []
     for epoch in range(epochs):
         # One gather per epoch; the minibatches below are then contiguous views.
         order = torch.randperm(n, generator=gen).numpy()
@@ -322,14 +336,17 @@ def train_members(
             opt.step()
         epochs_run = epoch + 1
         bar.update(1)
+        if snapshots:
+            kept.append((alive.copy(), [opt.member_layers(i) for i in range(len(alive))]))
         if validation is None:
             continue
         val_logits = _forward(opt, zv)[0]
         history[epoch, alive] = _mixture_nll(val_logits, lv)
         if seen is not None:
             seen[epoch, alive] = val_logits
-        gained = alive[history[epoch, alive] < lowest[alive]]
-        lowest[gained], last_gain[gained] = history[epoch, gained], epoch
+        decide = _mixture_nll(val_logits[:, steer], lv[steer])
+        better = decide < lowest[alive]
+        lowest[alive[better]], last_gain[alive[better]] = decide[better], epoch
         # Halve at the set epoch, or at the stop if that comes first.
         if (
             prune
@@ -346,12 +363,18 @@ def train_members(
     layers: list[list[tuple[np.ndarray, np.ndarray]] | None] = [None] * K
     for i, k in enumerate(alive):
         layers[k] = opt.member_layers(i)
+    snaps = None
+    if snapshots:
+        snaps = {
+            int(k): [members_then[list(was).index(k)] for was, members_then in kept] for k in alive
+        }
     return TrainResult(
         layers=layers,
         val_nll=history if validation is not None else None,
         val_logits=seen,
         epochs_run=epochs_run,
         pruned_after=pruned_after,
+        snapshots=snaps,
     )
 
 

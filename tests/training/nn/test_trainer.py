@@ -220,3 +220,46 @@ def test_a_pass_that_stops_before_the_halving_epoch_halves_when_it_stops() -> No
 def val_best(res, i: int) -> float:
     assert res.val_nll is not None
     return float(np.nanmin(res.val_nll[:, i]))
+
+
+def test_only_the_steering_rows_decide_the_halving_and_the_stop() -> None:
+    """A pass steered by some validation rows halves and stops exactly as a pass that
+    sees only those rows; the other rows are scored, never consulted."""
+    Z, L, lp = _data(500)
+    members = [Member("marginal", 0.0), Member("elbo", 0.3), Member("elbo", 3.0)]
+    steer = np.arange(0, 200, 2)
+    common = {
+        "epochs": 60,
+        "learning_rate": 1e-2,
+        "prune": (4, 1),
+        "patience": 3,
+        "record_val_logits": True,
+    }
+    val = (Z[300:], L[300:])
+    steered = train_members(
+        Z[:300], L[:300], lp[:, :300], members, validation=val, steer=steer, **common
+    )
+    alone = train_members(
+        Z[:300], L[:300], lp[:, :300], members, validation=(val[0][steer], val[1][steer]), **common
+    )
+    assert (steered.epochs_run, steered.pruned_after) == (alone.epochs_run, alone.pruned_after)
+    assert [x is None for x in steered.layers] == [x is None for x in alone.layers]
+    assert steered.val_logits is not None and alone.val_logits is not None
+    np.testing.assert_allclose(steered.val_logits[:, :, steer], alone.val_logits, atol=1e-6)
+
+
+def test_snapshots_are_the_networks_after_each_epoch() -> None:
+    """Member k's snapshot after epoch e is the network a pass of e + 1 epochs returns."""
+    Z, L, lp = _data()
+    members = [Member("marginal", 0.0), Member("elbo", 0.3)]
+    res = train_members(Z, L, lp, members, epochs=4, snapshots=True)
+    assert res.snapshots is not None and sorted(res.snapshots) == [0, 1]
+    for epochs in (1, 3):
+        short = train_members(Z, L, lp, members, epochs=epochs)
+        for k in (0, 1):
+            for (wa, ba), (wb, bb) in zip(
+                res.snapshots[k][epochs - 1], short.layers[k], strict=True
+            ):
+                assert np.array_equal(wa, wb) and np.array_equal(ba, bb)
+    for (wa, _), (wb, _) in zip(res.snapshots[1][-1], res.layers[1], strict=True):
+        assert np.array_equal(wa, wb)

@@ -1,0 +1,146 @@
+"""The guard: whether the chosen network ships, or a plain gate does.
+
+The plain gates are the uniform average, the best expert and stacking's linear pool. The
+network is judged on rows that took no part in choosing it: the held-out rows that did
+not steer the search are split into groups, and for each group the candidate, epoch and
+temperature are chosen again on every other held-out row, then scored on the group
+(cross-fitting of the choice). The plain gates' temperatures and the best expert are
+cross-fitted the same way. The network ships only if its paired advantage over the best
+plain gate on those rows exceeds ``guard_se`` standard errors.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+import numpy as np
+
+from training.combiners.choice import HeldOut, choose_network
+from training.combiners.fallback import (
+    POOL_PENALTY,
+    calibrated_pool,
+    fit_temperature,
+    pooled_weights,
+    row_nll,
+)
+from training.combiners.selection import SelectionConfig
+from training.evidence import Evidence
+
+GateKind = Literal["network", "uniform", "best_single", "stacking"]
+PLAIN: tuple[GateKind, ...] = ("uniform", "best_single", "stacking")
+#: Groups the judging rows are split into when the folds do not give groups.
+GROUPS = 5
+
+
+@dataclass(frozen=True)
+class GateChoice:
+    """Which gate ships, its temperature, and the evidence for the choice."""
+
+    kind: GateKind
+    temperature: float
+    constant: np.ndarray | None  # (m,) weights unless the network ships
+    held_out_nll: dict[str, float] = field(default_factory=dict)
+    advantage: float = 0.0  # the network's mean paired NLL advantage over the rival
+    standard_error: float = 0.0
+    rows: int = 0  # the rows that judged it
+    reason: str = ""
+
+
+def judging_groups(held: HeldOut, seed: int) -> list[np.ndarray]:
+    """The rows that judge the network, in groups: the rows that never steered the
+    search, grouped by the first split that held them out (the folds), or at random."""
+    rows = np.unique(held.rows[~held.steer])
+    first = {int(r): int(s) for r, s in zip(held.rows[::-1], held.split[::-1], strict=True)}
+    labels = np.array([first[int(r)] for r in rows])
+    if len(np.unique(labels)) < 2:
+        labels = np.random.default_rng(seed).permutation(len(rows)) % GROUPS
+    return [rows[labels == g] for g in np.unique(labels)]
+
+
+def plain_weights(held: HeldOut, ev: Evidence, outside: np.ndarray) -> dict[GateKind, np.ndarray]:
+    """Each plain gate's weights at every entry, fitted without the rows ``outside``
+    leaves out: the best expert by mean log-likelihood over the others."""
+    n, m = len(held.rows), ev.m
+    best = int(np.argmax(ev.log_lik[outside].mean(axis=0)))
+    return {
+        "uniform": np.full((n, m), 1.0 / m),
+        "best_single": np.tile(np.eye(m)[best], (n, 1)),
+        "stacking": held.pooled,
+    }
+
+
+def guard(held: HeldOut, config: SelectionConfig, ev: Evidence) -> GateChoice:
+    """Cross-fit the choice of the network, then ship it or the best plain gate."""
+    calibrate = config.temperature == "auto"
+    groups = judging_groups(held, config.random_state)
+    per_row: dict[str, list[np.ndarray]] = {k: [] for k in ("network", *PLAIN)}
+    judged = []
+    for group in groups:
+        inside = np.isin(held.rows, group)
+        net = choose_network(held, ~inside, config, ev)
+        rows, w = net.weights(held, inside)
+        judged.append(rows)
+        per_row["network"].append(row_nll(w, ev.rows(rows), net.temperature))
+        outside = np.setdiff1d(np.arange(ev.n), group)
+        for kind, weights in plain_weights(held, ev, outside).items():
+            t = net.temperature
+            if calibrate:
+                fit_rows, fit_w = held.row_mean(weights[~inside], np.flatnonzero(~inside))
+                t = fit_temperature(fit_w, ev.rows(fit_rows))
+            _, w = held.row_mean(weights[inside], np.flatnonzero(inside))
+            per_row[kind].append(row_nll(w, ev.rows(rows), t))
+    scores = {k: np.concatenate(v) for k, v in per_row.items()}
+    n_judged = len(np.concatenate(judged))
+    nll = {k: float(v.mean()) for k, v in scores.items()}
+    # The pool is the rival and what ships instead: it holds the uniform average and the
+    # best expert as special cases, and picking among plain gates on these rows would add
+    # a noisy choice of its own. Their scores are reported beside it.
+    rival: GateKind = "stacking"
+    diff = scores[rival] - scores["network"]
+    se = float(diff.std(ddof=1) / np.sqrt(len(diff))) if len(diff) > 1 else 0.0
+    advantage = float(diff.mean())
+    ships = advantage > config.guard_se * se
+    listed = ", ".join(f"{k} {v:.4f}" for k, v in nll.items())
+    verdict = (
+        f"the network beats the pool by {advantage:.4f} NLL (se {se:.4f})"
+        if ships
+        else f"the network does not beat the pool by more than {config.guard_se:g} se "
+        f"(advantage {advantage:+.4f}, se {se:.4f})"
+    )
+    where = (
+        f"{verdict} on {n_judged} held-out rows that took no part in choosing it; "
+        f"held-out NLL: {listed}"
+    )
+    everywhere = np.ones(len(held.rows), dtype=bool)
+    if ships:
+        chosen = choose_network(held, everywhere, config, ev)
+        return GateChoice(
+            "network",
+            chosen.temperature,
+            None,
+            nll,
+            advantage,
+            se,
+            n_judged,
+            where,
+        )
+    constant = _constant(rival, ev, config.tempered)
+    if calibrate:
+        weights = np.tile(constant, (len(held.rows), 1)) if rival != "stacking" else held.pooled
+        fit_rows, fit_w = held.row_mean(weights, np.flatnonzero(everywhere))
+        t = fit_temperature(fit_w, ev.rows(fit_rows))
+    else:
+        t = choose_network(held, everywhere, config, ev).temperature
+    return GateChoice(rival, t, constant, nll, advantage, se, n_judged, where)
+
+
+def _constant(kind: GateKind, ev: Evidence, tempered: bool) -> np.ndarray:
+    """A plain gate's weights fitted on every training row, as it ships."""
+    if kind == "uniform":
+        return np.full(ev.m, 1.0 / ev.m)
+    if kind == "best_single":
+        return np.eye(ev.m)[int(np.argmax(ev.log_lik.mean(axis=0)))]
+    if tempered:
+        return calibrated_pool(ev, POOL_PENALTY)[0]
+    return pooled_weights(ev.log_lik, POOL_PENALTY)
