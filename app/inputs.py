@@ -27,7 +27,7 @@ from app.body import NonFinite
 from app.bundle.columns import Columns, numeric_column, string_column
 from app.bundle.manifest import Manifest
 from app.bundle.normalise import CategoryMap, Normaliser, Problem, json_repr, loose, visible
-from app.errors import Fault, InvalidInput, TooManyRows
+from app.errors import Fault, InvalidInput
 
 FLOAT32_MAX = 3.4028234663852886e38
 MAX_FAULTS = 20
@@ -240,64 +240,6 @@ class FeatureTable:
             else string_column(col, self.missing_token)
             for name, col in values.items()
         }
-
-
-def instance_field(i: int, name: str) -> str:
-    return f"instances[{i}].{name}"
-
-
-def parse_instances(
-    body: Any, table: FeatureTable, max_rows: int
-) -> tuple[Columns, list[dict[str, Any]]]:
-    """``{"instances": [...]}`` to columns, plus the rows themselves for the audit trail."""
-    if not isinstance(body, dict):
-        raise InvalidInput(
-            [
-                Fault(
-                    "wrong_type",
-                    "body",
-                    f'expected an object {{"instances": [...]}}, got {json_type(body)}',
-                )
-            ]
-        )
-    extra = [k for k in body if k != "instances"]
-    if extra:
-        raise InvalidInput(
-            [
-                Fault("unknown_field", k, "unknown field; the body takes only 'instances'")
-                for k in extra
-            ]
-        )
-    if "instances" not in body:
-        raise InvalidInput([Fault("missing_field", "instances", "missing; send an array of rows")])
-    rows = body["instances"]
-    if not isinstance(rows, list):
-        raise InvalidInput(
-            [
-                Fault(
-                    "wrong_type",
-                    "instances",
-                    f"expected an array of objects, got {json_type(rows)}",
-                )
-            ]
-        )
-    if not rows:
-        raise InvalidInput(
-            [Fault("empty_batch", "instances", "empty batch; send at least one row")]
-        )
-    if len(rows) > max_rows:
-        raise TooManyRows(
-            f"{len(rows)} rows exceed the limit of {max_rows} (IABMA_MAX_BATCH_ROWS)",
-            field="instances",
-        )
-    bad = [
-        Fault("wrong_type", f"instances[{i}]", f"expected an object, got {json_type(r)}")
-        for i, r in enumerate(rows)
-        if not isinstance(r, dict)
-    ]
-    if bad:
-        raise InvalidInput(bad[:MAX_FAULTS])
-    return table.columns(rows, instance_field), rows
 
 
 def query_row(params: Mapping[str, str], table: FeatureTable) -> dict[str, Any]:

@@ -148,12 +148,6 @@ class FeatureSchema:
         """The graph input names, in the same order."""
         return [f.input for f in self.features]
 
-    def input_of(self, name: str) -> str:
-        for f in self.features:
-            if f.name == name:
-                return f.input
-        raise KeyError(name)
-
     def name_of(self, graph_input: str) -> str:
         for f in self.features:
             if f.input == graph_input:

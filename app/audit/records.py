@@ -46,11 +46,6 @@ def canonical_json(value: Any) -> bytes:
     return orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
 
 
-def input_digest(key: bytes, instances: list[dict[str, Any]]) -> str:
-    """The keyed hash the trail keeps of an input (HMAC-SHA256 of its canonical JSON)."""
-    return _hmac(key, canonical_json(instances))
-
-
 def _hmac(key: bytes, text: bytes) -> str:
     return hmac.new(key, text, hashlib.sha256).hexdigest()
 
