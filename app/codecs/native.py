@@ -21,10 +21,10 @@ import orjson
 
 from app.bundle.mixture import INTERVAL
 from app.codecs.rows import RowTemplate, row_template
+from app.core.inputs import json_type
+from app.core.plane import UNCERTAINTY, InferenceRequest, InferenceResult
+from app.core.runtime import LoadedModel
 from app.errors import Fault, InvalidInput, TooManyRows
-from app.inputs import json_type
-from app.plane import UNCERTAINTY, InferenceRequest, InferenceResult
-from app.runtime import LoadedModel
 
 FORMATS = ("rows", "columnar")
 PARTS = ("prediction", "weights", "experts", "uncertainty")

@@ -19,7 +19,7 @@ import orjson
 from app.bundle.mixture import INTERVAL
 
 if TYPE_CHECKING:
-    from app.runtime import LoadedModel
+    from app.core.runtime import LoadedModel
 
 UNCERTAINTY = ("total", "aleatoric", "epistemic", "selection")
 NUMBER, LABEL = -1, -2  # slot kinds; an expert's label slot holds the expert's index

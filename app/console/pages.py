@@ -17,7 +17,7 @@ from urllib.parse import quote
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 from starlette.responses import HTMLResponse, Response
 
-from app.access import CONSOLE_COOKIE as COOKIE
+from app.core.access import CONSOLE_COOKIE as COOKIE
 from app.errors import ServingError, Unauthorized, status_of
 
 HERE = Path(__file__).parent

@@ -17,10 +17,10 @@ from typing import Any
 import numpy as np
 
 from app.audit.records import UNCERTAINTY
+from app.core.inputs import query_row
+from app.core.plane import check_finite
+from app.core.runtime import LoadedModel
 from app.errors import Fault, InvalidInput
-from app.inputs import query_row
-from app.plane import check_finite
-from app.runtime import LoadedModel
 
 log = logging.getLogger("iabma.console")
 FIELD_PREFIX = "f:"  # form field of a feature: feature names may be any text

@@ -28,8 +28,8 @@ from fastapi import FastAPI
 from starlette.testclient import TestClient
 from support import free_port, wait_until_ok
 
+from app.core.service import Service
 from app.main import create_app
-from app.service import Service
 from app.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -13,7 +13,7 @@ import pytest
 from app_harness import UvicornHarness
 from app_support import Bundles, make_settings
 
-from app.access import KeyRing, Role, presented_key, role_of
+from app.core.access import KeyRing, Role, presented_key, role_of
 from app.settings import SettingsError, load_settings
 
 API, AUDITOR, METRICS = "api-key-one", "auditor-key", "metrics-key"

@@ -109,7 +109,7 @@ def test_payload_modes(mode: str, trail: Trail, serve: Callable[..., Any]) -> No
         assert raw_json is None and raw_hash is None
 
 
-# A large request (past app.service.INLINE_ROWS) waits for the writer to take its record
+# A large request (past app.core.service.INLINE_ROWS) waits for the writer to take its record
 # before encoding; that wait must end on a failure too.
 @pytest.mark.parametrize("rows", [1, 200])
 def test_store_failure_is_a_503_and_records_nothing(

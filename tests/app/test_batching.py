@@ -11,9 +11,9 @@ from app_harness import AsgiHarness
 from app_support import Bundles, make_settings
 from metrics_support import scrape, value
 
-from app.batching import Batcher
 from app.codecs import native
-from app.observe import new_request_id
+from app.core.batching import Batcher
+from app.core.context import new_request_id
 
 
 async def _concurrent(app: AsgiHarness, rows: list[list[dict[str, float]]]) -> list[httpx.Response]:

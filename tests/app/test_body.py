@@ -7,8 +7,8 @@ import sys
 
 import pytest
 
-from app.body import parse_json
 from app.errors import InvalidJSON
+from app.rest.body import parse_json
 
 
 def test_an_integer_past_pythons_digit_limit_is_a_clear_fault() -> None:

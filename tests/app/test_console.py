@@ -12,7 +12,7 @@ from app_harness import UvicornHarness
 from app_support import Bundles, make_settings
 from console_support import SVG, check_page, seed
 
-from app.access import CONSOLE_COOKIE
+from app.core.access import CONSOLE_COOKIE
 
 API, AUDITOR = "api-key-one", "auditor-key"
 HTML = {"Accept": "text/html"}
@@ -230,7 +230,7 @@ def test_the_bundle_page_lists_the_store_s_versions(console: Any, bundles: Bundl
 
 
 def test_only_the_console_s_sign_in_and_assets_are_open() -> None:
-    from app.access import Role, presented_key, role_of
+    from app.core.access import Role, presented_key, role_of
 
     for path in ("/audit/login", "/audit/logout", "/audit/static/console.css"):
         assert role_of(path) is None, path

@@ -24,7 +24,7 @@ from app.bundle.manifest import Manifest
 from app.bundle.predictor import BundlePredictor
 from app.console import queries
 from app.console.versions import stored_versions
-from app.weights import parse_time_us
+from app.core.weights import parse_time_us
 
 KEY = b"console-test-hash-key"
 

@@ -4,7 +4,7 @@ map's for categories that look like a known one."""
 from __future__ import annotations
 
 from app.bundle.normalise import CategoryMap, Normaliser
-from app.inputs import FeatureTable
+from app.core.inputs import FeatureTable
 
 
 def table(*names: str) -> FeatureTable:

@@ -17,8 +17,8 @@ import pytest
 from app_harness import AsgiHarness
 from app_support import Trained, make_settings
 
-from app.inputs import FLOAT32_MAX
-from app.openapi import ERRORS
+from app.core.inputs import FLOAT32_MAX
+from app.rest.openapi import ERRORS
 
 TOKEN = "s3cret-token"
 

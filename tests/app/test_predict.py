@@ -16,8 +16,8 @@ from app_harness import AsgiHarness, UvicornHarness, harness
 from app_support import Bundles, instances, make_settings
 
 from app.bundle.mixture import clip_proba
-from app.schemas import PredictResponse
-from app.service import ROW_SECONDS, runs_alone_inline
+from app.core.service import ROW_SECONDS, runs_alone_inline
+from app.rest.schemas import PredictResponse
 
 TOL = 1e-5
 Client = AsgiHarness | UvicornHarness

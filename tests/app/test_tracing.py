@@ -15,8 +15,8 @@ from app_harness import AsgiHarness, UvicornProcess
 from app_support import Bundles, make_settings
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
+from app.core.tracing import requested
 from app.settings import SettingsError
-from app.tracing import requested
 
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
 PARENT_ID = "00f067aa0ba902b7"

@@ -11,7 +11,7 @@ import pytest
 from app_harness import AsgiHarness, UvicornHarness, harness
 from app_support import Bundles, audited, make_settings
 
-from app.schemas import AuditRecordOut, GateWeights, RecordPage
+from app.rest.schemas import AuditRecordOut, GateWeights, RecordPage
 
 Client = AsgiHarness | UvicornHarness
 

@@ -20,11 +20,11 @@ from datetime import UTC, datetime
 from typing import Any
 
 from app.audit.store import RecordFilter, decode_cursor
+from app.core.context import REQUEST_ID
+from app.core.inputs import query_row
+from app.core.plane import check_finite
+from app.core.service import Service
 from app.errors import Fault, InvalidInput, NotFound
-from app.inputs import query_row
-from app.observe import REQUEST_ID
-from app.plane import check_finite
-from app.service import Service
 
 LISTING = ("since", "until", "expert", "limit", "cursor")
 MAX_LIMIT = 1000

@@ -5,9 +5,9 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
-from app.responses import json_response
-from app.routes.deps import ServiceDep
-from app.schemas import ErrorBody, Reloaded
+from app.rest.responses import json_response
+from app.rest.routes.deps import ServiceDep
+from app.rest.schemas import ErrorBody, Reloaded
 
 
 async def reload(request: Request, service: ServiceDep) -> Response:

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from types import FrameType
 from typing import Any
 
-from app.runtime import ModelRuntime
+from app.core.runtime import ModelRuntime
 
 log = logging.getLogger("iabma.drain")
 

@@ -20,7 +20,7 @@ import numpy as np
 
 from app.bundle.columns import Columns
 from app.bundle.predictor import Prediction
-from app.runtime import LoadedModel
+from app.core.runtime import LoadedModel
 
 
 @dataclass

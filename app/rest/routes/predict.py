@@ -5,11 +5,11 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
-from app.body import json_body
 from app.codecs import native
-from app.responses import json_response
-from app.routes.deps import context_of, service_of
-from app.schemas import ERRORS, PredictRequest, PredictResponse
+from app.rest.body import json_body
+from app.rest.responses import json_response
+from app.rest.routes.deps import context_of, service_of
+from app.rest.schemas import ERRORS, PredictRequest, PredictResponse
 
 DESCRIPTION = """
 The bundle's fused graph runs once for the whole batch. Per instance the answer holds the
@@ -29,7 +29,7 @@ or a content type other than `application/json` (415).
 
 
 async def predict(request: Request) -> Response:
-    # Not dependencies: see app/routes/deps.py for what they cost on this route.
+    # Not dependencies: see app/rest/routes/deps.py for what they cost on this route.
     service, ctx = service_of(request), context_of(request)
     model = service.runtime.require()
     with service.tracing.span("decode"):

@@ -7,29 +7,16 @@ ends up in the audit trail and in the logs. Without the header a random id is ma
 
 from __future__ import annotations
 
-import os
-import re
 import time
 from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from app.context import SCOPE_KEY, RequestContext
+from app.core.context import REQUEST_ID, SCOPE_KEY, RequestContext, new_request_id
+from app.core.logs import AccessLog
+from app.core.service import Service
 from app.errors import InvalidHeader, StartupRefused
-from app.logs import AccessLog
-from app.responses import error_response
-from app.service import Service
-
-REQUEST_ID = re.compile(r"^[A-Za-z0-9._:/+=-]{1,128}$")
-
-
-def new_request_id() -> str:
-    """32 hex digits, time-ordered like a UUIDv7: 48 bits of milliseconds, 80 random bits.
-
-    The audit trail indexes request ids; ids that grow with time append to that index
-    instead of landing on a random page of it, which halved the cost of a commit.
-    """
-    return f"{time.time_ns() // 1_000_000:012x}{os.urandom(10).hex()}"
+from app.rest.responses import error_response
 
 
 class RequestObserver:

@@ -1,8 +1,8 @@
 """``/openapi.json`` typed by the served bundle: its features, categories, experts and classes.
 
 FastAPI's own document only knows the routes: the data routes read raw JSON (see
-:mod:`app.inputs`), so it shows ``POST /predict`` as a generic object. :func:`install`
-replaces ``app.openapi`` with a builder that starts from FastAPI's document and fills in,
+:mod:`app.core.inputs`), so it shows ``POST /predict`` as a generic object. :func:`install`
+replaces ``app.rest.openapi`` with a builder that starts from FastAPI's document and fills in,
 from the loaded bundle's manifest, the request and answer schemas of ``POST /predict``,
 ``GET /weights`` and the Open Inference Protocol's infer, plus every error status each
 operation can answer (:data:`ERRORS`). The document is built once per served
@@ -20,13 +20,13 @@ from typing import Any
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 
-from app import contract
-from app.access import KeyRing, role_of
-from app.contract import STRING, Schema, feature_value, ref
-from app.observe import REQUEST_ID
-from app.runtime import LoadedModel
-from app.service import Service
-from app.weights import DEFAULT_LIMIT, MAX_LIMIT
+from app.core.access import KeyRing, role_of
+from app.core.context import REQUEST_ID
+from app.core.runtime import LoadedModel
+from app.core.service import Service
+from app.core.weights import DEFAULT_LIMIT, MAX_LIMIT
+from app.rest import contract
+from app.rest.contract import STRING, Schema, feature_value, ref
 
 # Every status besides 200 that each operation can answer. Every operation can answer 400:
 # an X-Request-ID header that is not a valid id is refused before routing.
@@ -82,7 +82,7 @@ ECHOED_ID: Schema = {
 
 
 def install(app: FastAPI, service: Service) -> Callable[[], dict[str, Any]]:
-    """Make ``app.openapi`` build the typed document, cached per served (name, version)."""
+    """Make ``app.rest.openapi`` build the typed document, cached per served (name, version)."""
     cache: dict[tuple[str, str] | None, dict[str, Any]] = {}
     lock = threading.Lock()
 

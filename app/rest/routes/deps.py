@@ -14,8 +14,8 @@ from typing import Annotated
 
 from fastapi import Depends, Request
 
-from app.context import SCOPE_KEY, RequestContext
-from app.service import Service
+from app.core.context import SCOPE_KEY, RequestContext
+from app.core.service import Service
 
 
 def service_of(request: Request) -> Service:

@@ -14,13 +14,13 @@ from urllib.parse import parse_qsl
 from fastapi import APIRouter, Request
 from starlette.responses import RedirectResponse, Response
 
-from app.access import KeyRing, Role, presented_key
 from app.console import charts, pages, views
 from app.console import probe as probing
+from app.core.access import KeyRing, Role, presented_key
+from app.core.runtime import LoadedModel
 from app.errors import Fault, Forbidden, InvalidInput, NotFound, ServingError, Unauthorized
-from app.responses import json_response
-from app.routes.deps import ServiceDep
-from app.runtime import LoadedModel
+from app.rest.responses import json_response
+from app.rest.routes.deps import ServiceDep
 
 MAX_FORM_BYTES = 64 * 1024
 

@@ -2,7 +2,7 @@
 
 Everything here follows what the codecs actually accept and write for this bundle: every
 feature under the client's own name (any text), required and nullable as
-:class:`~app.inputs.FeatureTable` enforces it; numbers bounded by float32 like the graphs;
+:class:`~app.core.inputs.FeatureTable` enforces it; numbers bounded by float32 like the graphs;
 categories as an enum wherever an unseen one is refused; experts and classes as named
 properties; and both answer shapes of ``POST /predict`` (``rows`` and ``columnar``).
 The schemas are OpenAPI 3.1 (JSON Schema 2020-12), so ``null`` is a type like any other.
@@ -15,9 +15,9 @@ from typing import Any
 from app.bundle.mixture import INTERVAL
 from app.codecs.native import FORMATS, PARTS
 from app.codecs.oip import NUMERIC_TYPES, output_names
-from app.inputs import FLOAT32_MAX
-from app.plane import UNCERTAINTY
-from app.runtime import LoadedModel
+from app.core.inputs import FLOAT32_MAX
+from app.core.plane import UNCERTAINTY
+from app.core.runtime import LoadedModel
 
 Schema = dict[str, Any]
 NUMBER: Schema = {"type": "number"}

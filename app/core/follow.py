@@ -18,8 +18,8 @@ from typing import Any
 
 from app.bundle.loader import BundleError
 from app.bundle.manifest import LATEST_FILE
+from app.core.runtime import LoadedModel, ModelRuntime
 from app.metrics import ServiceMetrics
-from app.runtime import LoadedModel, ModelRuntime
 from app.settings import Settings
 
 log = logging.getLogger("iabma.follow")

@@ -23,7 +23,6 @@ from typing import Any
 
 import numpy as np
 
-from app.body import NonFinite
 from app.bundle.columns import Columns, numeric_column, string_column
 from app.bundle.manifest import Manifest
 from app.bundle.normalise import CategoryMap, Normaliser, Problem, json_repr, loose, visible
@@ -38,6 +37,18 @@ _NON_FINITE = re.compile(r"^[+-]?(inf|infinity)$", re.IGNORECASE)
 
 FieldName = Callable[[int, str], str]
 _PLAIN_NUMBERS = frozenset({float, int, type(None)})
+
+
+class NonFinite:
+    """A ``NaN``, ``Infinity`` or ``-Infinity`` token found in the body."""
+
+    __slots__ = ("token",)
+
+    def __init__(self, token: str) -> None:
+        self.token = token
+
+    def __repr__(self) -> str:
+        return self.token
 
 
 def json_type(value: Any) -> str:

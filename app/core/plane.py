@@ -1,7 +1,7 @@
 """The data plane's two types: what every protocol decodes into, and what it encodes from.
 
 ``POST /predict`` and the Open Inference Protocol route are codecs (:mod:`app.codecs`):
-each turns its request into one :class:`InferenceRequest`, :meth:`app.service.Service.infer`
+each turns its request into one :class:`InferenceRequest`, :meth:`app.core.service.Service.infer`
 runs the graph and commits the audit record once, and the codec encodes the
 :class:`InferenceResult` its own way.
 """
@@ -16,8 +16,8 @@ import numpy as np
 
 from app.bundle.columns import Columns
 from app.bundle.predictor import Prediction
+from app.core.runtime import LoadedModel
 from app.errors import Fault, InvalidInput
-from app.runtime import LoadedModel
 
 UNCERTAINTY = ("total", "aleatoric", "epistemic", "selection")
 MAX_FAULTS = 20

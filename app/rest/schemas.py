@@ -1,6 +1,6 @@
 """Pydantic models of the HTTP contract, for the OpenAPI schema at /docs.
 
-Requests are validated by our own code on the raw JSON (see :mod:`app.inputs`) so that an
+Requests are validated by our own code on the raw JSON (see :mod:`app.core.inputs`) so that an
 error can name ``instances[3].age`` precisely, and responses are serialised directly; these
 models describe both, and the tests validate real responses against them.
 """

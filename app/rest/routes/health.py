@@ -5,9 +5,9 @@ from __future__ import annotations
 from fastapi import APIRouter
 from starlette.responses import Response
 
-from app.responses import json_response
-from app.routes.deps import ServiceDep
-from app.schemas import ERRORS
+from app.rest.responses import json_response
+from app.rest.routes.deps import ServiceDep
+from app.rest.schemas import ERRORS
 
 
 async def livez() -> Response:

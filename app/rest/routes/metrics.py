@@ -9,7 +9,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
-from app.routes.deps import ServiceDep
+from app.rest.routes.deps import ServiceDep
 
 
 async def metrics(request: Request, service: ServiceDep) -> Response:

@@ -19,6 +19,7 @@ from typing import Any
 import orjson
 from starlette.requests import Request
 
+from app.core.inputs import NonFinite
 from app.errors import (
     InvalidEncoding,
     InvalidJSON,
@@ -30,18 +31,6 @@ from app.errors import (
 # zlib's window bits: 31 reads the gzip wrapper, 15 the zlib one (HTTP's "deflate"),
 # -15 bare deflate data, which some clients send under the same name.
 _WBITS = {"gzip": (31,), "x-gzip": (31,), "deflate": (15, -15)}
-
-
-class NonFinite:
-    """A ``NaN``, ``Infinity`` or ``-Infinity`` token found in the body."""
-
-    __slots__ = ("token",)
-
-    def __init__(self, token: str) -> None:
-        self.token = token
-
-    def __repr__(self) -> str:
-        return self.token
 
 
 class _DuplicateKey(ValueError):

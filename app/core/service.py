@@ -24,10 +24,14 @@ from app.audit.records import AuditRecord, now_us
 from app.audit.store import AuditStore
 from app.audit.tables import SqliteInUse
 from app.audit.writer import AuditWriter
-from app.batching import Batcher
 from app.bundle.loader import BundleError
 from app.bundle.predictor import Prediction
-from app.context import RequestContext
+from app.core.batching import Batcher
+from app.core.context import RequestContext
+from app.core.follow import LatestFollower
+from app.core.plane import InferenceRequest, InferenceResult, check_finite
+from app.core.runtime import LoadedModel, ModelRuntime
+from app.core.tracing import Tracing
 from app.errors import (
     AdminDisabled,
     AuditDisabled,
@@ -37,13 +41,9 @@ from app.errors import (
     StartupRefused,
     Unauthorized,
 )
-from app.follow import LatestFollower
 from app.metrics import ServiceMetrics
 from app.metrics.port import MetricsPort
-from app.plane import InferenceRequest, InferenceResult, check_finite
-from app.runtime import LoadedModel, ModelRuntime
 from app.settings import Settings
-from app.tracing import Tracing
 
 log = logging.getLogger("iabma.service")
 Encoded = TypeVar("Encoded")  # a codec's answer: bytes for REST, a message for gRPC

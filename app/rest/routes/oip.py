@@ -17,13 +17,13 @@ from typing import Any
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
-from app.body import check_content_type, parse_json, read_body
 from app.codecs import oip, oip_answer, oip_binary
-from app.responses import json_response
-from app.routes.deps import ServiceDep, context_of, service_of
-from app.runtime import LoadedModel
-from app.schemas import OipError
-from app.service import Service
+from app.core.runtime import LoadedModel
+from app.core.service import Service
+from app.rest.body import check_content_type, parse_json, read_body
+from app.rest.responses import json_response
+from app.rest.routes.deps import ServiceDep, context_of, service_of
+from app.rest.schemas import OipError
 
 OIP_ERRORS: dict[int | str, dict[str, Any]] = {
     code: {"model": OipError} for code in (400, 404, 413, 503)
@@ -61,7 +61,7 @@ async def model_ready(name: str, service: ServiceDep) -> Response:
 
 
 async def infer(name: str, request: Request) -> Response:
-    # Not dependencies: see app/routes/deps.py for what they cost on this route.
+    # Not dependencies: see app/rest/routes/deps.py for what they cost on this route.
     service, ctx = service_of(request), context_of(request)
     model = served(service, name)
     declared = request.headers.get(oip_binary.HEADER)

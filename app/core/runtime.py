@@ -18,8 +18,8 @@ import numpy as np
 from app.bundle.loader import open_bundle, resolve_version
 from app.bundle.manifest import Manifest
 from app.bundle.predictor import BundlePredictor
+from app.core.inputs import FeatureTable
 from app.errors import NotReady
-from app.inputs import FeatureTable
 from app.settings import Settings
 
 

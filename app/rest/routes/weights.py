@@ -5,10 +5,10 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
-from app import weights as logic
-from app.responses import json_response
-from app.routes.deps import ContextDep, ServiceDep
-from app.schemas import ERRORS, AuditRecordOut, GateWeights, RecordPage
+from app.core import weights as logic
+from app.rest.responses import json_response
+from app.rest.routes.deps import ContextDep, ServiceDep
+from app.rest.schemas import ERRORS, AuditRecordOut, GateWeights, RecordPage
 
 
 async def weights(request: Request, service: ServiceDep, ctx: ContextDep) -> Response:
