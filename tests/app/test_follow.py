@@ -11,8 +11,8 @@ from app_harness import UvicornProcess
 from app_support import Bundles
 from metrics_support import parse, total
 
+from app.bundle.pointer import promote
 from training.export.bundle import export_bundle
-from training.export.pointer import promote
 
 INTERVAL = 0.5
 # Opening a bundle in two workers at once on a busy 2-core CI machine took up to 13 s once;

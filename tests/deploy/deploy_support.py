@@ -359,3 +359,19 @@ def uvicorn_command(cmd: Sequence[str], host: str, port: int) -> list[str]:
         assert flag in out, f"CMD has no {flag}: {cmd}"
         out[out.index(flag) + 1] = value
     return out
+
+
+def writable_store(src: Path, dest: Path) -> tuple[Path, str, str]:
+    """A copy of ``src`` with a second version of ``demo``; returns (store, old, new)."""
+    shutil.copytree(src, dest)
+    for p in dest.rglob("*"):
+        p.chmod(0o755 if p.is_dir() else 0o644)
+    root = dest / "demo"
+    old = (root / "LATEST").read_text().strip()
+    new = "v-promoted"
+    shutil.copytree(root / old, root / new)
+    manifest = root / new / "manifest.json"
+    data = json.loads(manifest.read_text())
+    data["version"] = new
+    manifest.write_text(json.dumps(data, indent=2))
+    return dest, old, new

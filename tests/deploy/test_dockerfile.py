@@ -147,6 +147,8 @@ def test_dockerignore_keeps_state_out_and_sources_in(dockerfile: list[Stage]) ->
         if not w.startswith("--")
     ]
     assert copied, "the builder copies nothing"
+    assert not any(src.rstrip("/") == "training" for src in copied), "the image copies training/"
+    assert ignore.excluded("training/cli.py"), "training/ would be sent to the Docker daemon"
     for src in copied:
         assert not ignore.excluded(src), f"COPY {src}, but .dockerignore excludes it"
         root = REPO / src

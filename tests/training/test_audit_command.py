@@ -13,7 +13,7 @@ from support import make_record
 from app.audit import rollup
 from app.audit.records import AuditRecord, now_us
 from app.audit.store import AuditStore, RecordFilter
-from training.cli import main
+from app.cli.main import main
 
 HOUR = 3_600_000_000
 

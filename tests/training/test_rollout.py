@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from training.cli import main
+from app.bundle.pointer import HISTORY_FILE, history
+from app.cli.main import main
 from training.export.bundle import export_bundle
-from training.export.pointer import HISTORY_FILE, history
 
 
 def copy_store(src: Path, dest: Path, name: str) -> Path:

@@ -16,6 +16,8 @@ import sys
 import time
 from typing import Any
 
+from app.cli.errors import CommandError, option_fault
+
 
 def add_parser(sub: Any) -> None:
     p = sub.add_parser(
@@ -39,16 +41,16 @@ def run(args: argparse.Namespace) -> int:
     from app.audit.store import AuditStore
     from app.audit.tables import records
     from app.settings import SettingsError, load_settings
-    from training.errors import ParameterError
 
     try:
         settings = load_settings(**({"audit_url": args.audit_url} if args.audit_url else {}))
     except SettingsError as exc:
-        raise ParameterError("--audit-url", args.audit_url or "IABMA_AUDIT_URL", str(exc)) from None
+        shown = args.audit_url or "IABMA_AUDIT_URL"
+        raise CommandError(option_fault("--audit-url", shown, str(exc))) from None
     store = AuditStore(settings.audit_url, settings.audit_timeout_seconds)
     try:
         if not inspect(store.engine).has_table(records.name):
-            raise ParameterError("--audit-url", _shown(store), "holds no audit trail")
+            raise CommandError(option_fault("--audit-url", _shown(store), "holds no audit trail"))
         # Sealed buckets only, as a read would: records may still land in the others.
         cut = rollup.floor_bucket(now_us() - rollup.SEAL_US)
         start = rollup.summed_through(store.engine, args.name) or 0

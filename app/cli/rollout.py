@@ -11,6 +11,8 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from app.cli.errors import CommandError
+
 
 def add_parsers(sub: Any) -> None:
     p = sub.add_parser(
@@ -36,14 +38,22 @@ def add_parsers(sub: Any) -> None:
 
 
 def run_promote(args: argparse.Namespace) -> int:
-    from training.export.pointer import promote
+    from app.bundle.pointer import RolloutError, promote
 
-    print(promote(args.store, args.name, args.version).describe())
+    try:
+        move = promote(args.store, args.name, args.version)
+    except RolloutError as exc:
+        raise CommandError(str(exc)) from None
+    print(move.describe())
     return 0
 
 
 def run_rollback(args: argparse.Namespace) -> int:
-    from training.export.pointer import rollback
+    from app.bundle.pointer import RolloutError, rollback
 
-    print(rollback(args.store, args.name).describe())
+    try:
+        move = rollback(args.store, args.name)
+    except RolloutError as exc:
+        raise CommandError(str(exc)) from None
+    print(move.describe())
     return 0

@@ -19,13 +19,12 @@ from pathlib import Path
 
 from app.bundle.loader import BundleError, open_bundle
 from app.bundle.manifest import LATEST_FILE, MANIFEST_FILE, check_safe_name
-from training.errors import IABMAError
 
 HISTORY_FILE = "HISTORY"
 LOCK_FILE = ".pointer.lock"
 
 
-class RolloutError(IABMAError):
+class RolloutError(ValueError):
     """A promotion or rollback that cannot be made; the message says why."""
 
 

@@ -1,4 +1,4 @@
-"""``iabma serve``: run the HTTP app on a bundle (no torch needed)."""
+"""``iabma serve``: run the HTTP app on a bundle."""
 
 from __future__ import annotations
 
