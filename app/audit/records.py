@@ -26,9 +26,9 @@ import numpy as np
 import orjson
 
 from app.bundle.mixture import INTERVAL
+from app.contract.answers import UNCERTAINTY
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-UNCERTAINTY = ("total", "aleatoric", "epistemic", "selection")
 REGRESSION_FIELDS = 4  # mean, std, lower, upper
 
 

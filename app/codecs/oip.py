@@ -23,8 +23,9 @@ from typing import Any
 import numpy as np
 
 from app.codecs.tensors import Raw, byte_elements, check_declared, numeric_array, texts
+from app.contract.answers import UNCERTAINTY
 from app.core.inputs import json_type
-from app.core.plane import UNCERTAINTY, InferenceRequest
+from app.core.plane import InferenceRequest
 from app.core.runtime import LoadedModel, ModelRuntime
 from app.errors import Fault, InvalidInput, NotFound, TooManyRows
 

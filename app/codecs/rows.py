@@ -17,11 +17,12 @@ import numpy as np
 import orjson
 
 from app.bundle.mixture import INTERVAL
+from app.contract.answers import UNCERTAINTY
+from app.contract.request import PARTS
 
 if TYPE_CHECKING:
     from app.core.runtime import LoadedModel
 
-UNCERTAINTY = ("total", "aleatoric", "epistemic", "selection")
 NUMBER, LABEL = -1, -2  # slot kinds; an expert's label slot holds the expert's index
 _NUMPY = orjson.OPT_SERIALIZE_NUMPY
 
@@ -96,7 +97,7 @@ def row_template(model: LoadedModel, include: Sequence[str]) -> RowTemplate:
     """The template of one answer row for ``model`` with the parts in ``include``."""
     b = _Builder()
     classification = model.task == "classification"
-    parts = [p for p in ("prediction", "weights", "experts", "uncertainty") if p in include]
+    parts = [p for p in PARTS if p in include]
     b.text(b"{")
     for i, part in enumerate(parts):
         b.text((b"," if i else b"") + _json(part) + b":")

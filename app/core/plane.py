@@ -19,7 +19,6 @@ from app.bundle.predictor import Prediction
 from app.core.runtime import LoadedModel
 from app.errors import Fault, InvalidInput
 
-UNCERTAINTY = ("total", "aleatoric", "epistemic", "selection")
 MAX_FAULTS = 20
 RowField = Callable[[int], str]
 

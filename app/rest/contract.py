@@ -1,11 +1,11 @@
-"""JSON Schemas of one served bundle's requests and answers, for its OpenAPI document.
+"""The OpenAPI schemas of one served bundle, from the contract and the bundle's features.
 
-Everything here follows what the codecs actually accept and write for this bundle: every
+The request and answer types come from :mod:`app.contract`, named for this bundle (its
+experts, classes, task and row limit). What only the bundle knows is made here: each
 feature under the client's own name (any text), required and nullable as
-:class:`~app.core.inputs.FeatureTable` enforces it; numbers bounded by float32 like the graphs;
-categories as an enum wherever an unseen one is refused; experts and classes as named
-properties; and both answer shapes of ``POST /predict`` (``rows`` and ``columnar``).
-The schemas are OpenAPI 3.1 (JSON Schema 2020-12), so ``null`` is a type like any other.
+:class:`~app.core.inputs.FeatureTable` enforces it, numbers bounded by float32 like the
+graphs, categories as an enum wherever an unseen one is refused; the columnar answer;
+and the Open Inference Protocol's tensors.
 """
 
 from __future__ import annotations
@@ -13,19 +13,59 @@ from __future__ import annotations
 from typing import Any
 
 from app.bundle.mixture import INTERVAL
-from app.codecs.native import FORMATS, PARTS
 from app.codecs.oip import NUMERIC_TYPES, output_names
+from app.contract.answers import (
+    UNCERTAINTY,
+    AuditRecord,
+    ErrorBody,
+    GateWeights,
+    OipError,
+    PredictResult,
+    RecordPage,
+    Reloaded,
+)
+from app.contract.request import PredictRequest
+from app.contract.schema import Components, Schema, Vocabulary
 from app.core.inputs import FLOAT32_MAX
-from app.core.plane import UNCERTAINTY
 from app.core.runtime import LoadedModel
 
-Schema = dict[str, Any]
 NUMBER: Schema = {"type": "number"}
 STRING: Schema = {"type": "string"}
+# The answer of each route, as the contract describes it.
+ANSWERS: dict[str, tuple[type, ...]] = {
+    "/predict": (PredictResult,),
+    "/weights": (AuditRecord, GateWeights, RecordPage),
+    "/admin/reload": (Reloaded,),
+}
 
 
-def ref(name: str) -> Schema:
-    return {"$ref": f"#/components/schemas/{name}"}
+def components(model: LoadedModel | None, max_rows: int) -> tuple[dict[str, Schema], Components]:
+    """Every schema of the document: the contract's, named for ``model`` when one is
+    loaded, and the bundle's own (features, columnar answer, OIP tensors)."""
+    vocabulary = None
+    if model is not None:
+        vocabulary = Vocabulary(
+            name=model.name,
+            task=model.task,
+            experts=tuple(model.experts),
+            classes=tuple(model.classes),
+            class_keys=tuple(model.class_keys),
+            interval=INTERVAL,
+            max_rows=max_rows,
+        )
+    comps = Components(vocabulary)
+    described: list[type] = [PredictRequest, ErrorBody, OipError]
+    for answers in ANSWERS.values():
+        described += answers
+    for cls in described:
+        comps.of(cls)
+    schemas = dict(comps.schemas)
+    if model is not None:
+        schemas["Instance"] = instance(model)
+        schemas["PredictColumnarAnswer"] = _columnar(model)
+        schemas["InferenceRequest"] = oip_request(model, max_rows)
+        schemas["InferenceResponse"] = oip_answer(model)
+    return schemas, comps
 
 
 def _object(properties: dict[str, Schema], required: bool = True, **extra: Any) -> Schema:
@@ -108,29 +148,6 @@ def oip_example(model: LoadedModel) -> dict[str, Any]:
     return {"inputs": tensors}
 
 
-def predict_request(model: LoadedModel, max_rows: int) -> Schema:
-    return {
-        "type": "object",
-        "required": ["instances"],
-        "additionalProperties": False,
-        "properties": {
-            "instances": _array(ref("Instance"), minItems=1, maxItems=max_rows),
-            "format": {
-                "enum": list(FORMATS),
-                "default": "rows",
-                "description": "rows: one object per instance; columnar: one array per field.",
-            },
-            "include": _array(
-                {"enum": list(PARTS)},
-                minItems=1,
-                uniqueItems=True,
-                default=list(PARTS),
-                description="The parts of the answer to return.",
-            ),
-        },
-    }
-
-
 def oip_request(model: LoadedModel, max_rows: int) -> Schema:
     """An OIP v2 inference request: one tensor per feature, ``[n]`` or ``[n, 1]``."""
     table = model.features
@@ -181,65 +198,6 @@ def oip_request(model: LoadedModel, max_rows: int) -> Schema:
 
 
 # -- answers -----------------------------------------------------------------------------------
-def _numbers(keys: tuple[str, ...] | list[str], description: str) -> Schema:
-    return _object({k: NUMBER for k in keys}, description=description)
-
-
-def _regression_prediction() -> Schema:
-    interval = _object({"level": _const(INTERVAL), "lower": NUMBER, "upper": NUMBER})
-    return _object({"mean": NUMBER, "std": NUMBER, "interval": interval})
-
-
-def answer_components(model: LoadedModel) -> dict[str, Schema]:
-    """The answer's named parts for this bundle: labels, experts and classes by name."""
-    experts = list(model.experts)
-    classification = model.task == "classification"
-    comps: dict[str, Schema] = {
-        "ExpertWeights": _numbers(experts, "Gate weight per expert; they sum to 1."),
-        "UncertaintyParts": _numbers(
-            UNCERTAINTY,
-            "Classification: entropies in nats; "
-            "regression: variances in squared target units; selection "
-            "normalised to [0, 1].",
-        ),
-    }
-    if classification:
-        comps["ClassLabel"] = {"enum": list(model.classes)}
-        comps["ClassProbabilities"] = _numbers(model.class_keys, "Probability per class label.")
-        labelled = _object({"label": ref("ClassLabel"), "probabilities": ref("ClassProbabilities")})
-        comps["MixturePrediction"] = labelled
-        comps["ExpertPrediction"] = labelled
-    else:
-        comps["MixturePrediction"] = _regression_prediction()
-        comps["ExpertPrediction"] = _object({"mean": NUMBER, "std": NUMBER})
-    comps["ExpertPredictions"] = _object({e: ref("ExpertPrediction") for e in experts})
-    comps["PredictionRow"] = _object(
-        {
-            "prediction": ref("MixturePrediction"),
-            "weights": ref("ExpertWeights"),
-            "experts": ref("ExpertPredictions"),
-            "uncertainty": ref("UncertaintyParts"),
-        },
-        required=False,
-        minProperties=1,
-        description="The parts asked for with include (all by default).",
-    )
-    comps["PredictAnswer"] = _object(
-        {**_header(model), "predictions": _array(ref("PredictionRow"))}
-    )
-    comps["PredictColumnarAnswer"] = _columnar(model)
-    comps["GateProbe"] = _object(
-        {
-            "model": _const(model.name),
-            "version": STRING,
-            "request_id": STRING,
-            "weights": ref("ExpertWeights"),
-            "top_expert": {"enum": experts},
-        }
-    )
-    return comps
-
-
 def _header(model: LoadedModel) -> dict[str, Schema]:
     return {
         "model": _const(model.name),
@@ -258,7 +216,7 @@ def _columnar(model: LoadedModel) -> Schema:
     if classification:
         c = len(model.classes)
         meta["classes"] = _const(list(model.classes))
-        label = ref("ClassLabel")
+        label: Schema = {"enum": list(model.classes)}
         parts["label"] = _array(label)
         parts["probabilities"] = _array(_array(NUMBER, c))
         parts["experts"] = _object(

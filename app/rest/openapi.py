@@ -20,13 +20,14 @@ from typing import Any
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 
+from app.contract.schema import Components, Schema, ref
 from app.core.access import KeyRing, role_of
 from app.core.context import REQUEST_ID
 from app.core.runtime import LoadedModel
 from app.core.service import Service
 from app.core.weights import DEFAULT_LIMIT, MAX_LIMIT
 from app.rest import contract
-from app.rest.contract import STRING, Schema, feature_value, ref
+from app.rest.contract import ANSWERS, STRING, feature_value
 
 # Every status besides 200 that each operation can answer. Every operation can answer 400:
 # an X-Request-ID header that is not a valid id is refused before routing.
@@ -120,17 +121,13 @@ def build(
         servers=app.servers,
     )
     schemas = doc.setdefault("components", {}).setdefault("schemas", {})
+    found, comps = contract.components(model, max_rows)
+    schemas.update(found)
     if model is not None:
         doc["info"]["x-bundle"] = {"name": model.name, "version": model.version}
-        schemas.update(contract.answer_components(model))
-        schemas["Instance"] = contract.instance(model)
-        schemas["PredictRequest"] = contract.predict_request(model, max_rows)
-        schemas["InferenceRequest"] = contract.oip_request(model, max_rows)
-        schemas["InferenceResponse"] = contract.oip_answer(model)
     for path, method, op in operations(doc):
         op.setdefault("parameters", []).append(REQUEST_ID_HEADER)
-        if model is not None:
-            _typed(op, path, model)
+        _typed(op, path, model, comps)
         _responses(op, path, method, ring or KeyRing({}))
     _prune(doc)
     return doc
@@ -188,21 +185,29 @@ _ERROR_TEXT = {
 }
 
 
-def _typed(op: dict[str, Any], path: str, model: LoadedModel) -> None:
+def _typed(op: dict[str, Any], path: str, model: LoadedModel | None, comps: Components) -> None:
+    """The contract's request and answer of each data route; ``model``'s examples, query
+    parameters and OIP tensors when one is loaded."""
+    if path in ANSWERS:
+        answers = [comps.of(cls) for cls in ANSWERS[path]]
+        if path == "/predict" and model is not None:
+            answers.append(ref("PredictColumnarAnswer"))
+        schema = answers[0] if len(answers) == 1 else {"anyOf": answers}
+        op["responses"]["200"] = _json(schema, _ANSWER_TEXT[path])
     if path == "/predict":
-        row = contract.example_row(model)
-        examples = {
-            "rows": {"value": {"instances": [row]}},
-            "columnar": {"value": {"instances": [row, row], "format": "columnar"}},
-            "weights only": {"value": {"instances": [row], "include": ["weights"]}},
-        }
+        examples: dict[str, Any] = {}
+        if model is not None:
+            row = contract.example_row(model)
+            examples = {
+                "rows": {"value": {"instances": [row]}},
+                "columnar": {"value": {"instances": [row, row], "format": "columnar"}},
+                "weights only": {"value": {"instances": [row], "include": ["weights"]}},
+            }
         op["requestBody"] = {"required": True, "content": _body("PredictRequest", examples)}
-        either = {"anyOf": [ref("PredictAnswer"), ref("PredictColumnarAnswer")]}
-        op["responses"]["200"] = _json(either, "The answer, per instance or columnar.")
-    elif path == "/weights":
+    if model is None:
+        return
+    if path == "/weights":
         op["parameters"] = weights_parameters(model) + op["parameters"]
-        either = {"anyOf": [ref("AuditRecordOut"), ref("GateProbe"), ref("RecordPage")]}
-        op["responses"]["200"] = _json(either, "A record, the gate's weights, or a page.")
     elif path == "/v2/models/{name}/infer":
         examples = {"one row": {"value": contract.oip_example(model)}}
         op["requestBody"] = {"required": True, "content": _body("InferenceRequest", examples)}
@@ -212,8 +217,18 @@ def _typed(op: dict[str, Any], path: str, model: LoadedModel) -> None:
             param["schema"] = {"type": "string", "enum": [model.name]}
 
 
+_ANSWER_TEXT = {
+    "/predict": "The answer, per instance or columnar.",
+    "/weights": "A record, the gate's weights, or a page.",
+    "/admin/reload": "The version now served, and the one before.",
+}
+
+
 def _body(name: str, examples: dict[str, Any]) -> dict[str, Any]:
-    return {"application/json": {"schema": ref(name), "examples": examples}}
+    content: dict[str, Any] = {"schema": ref(name)}
+    if examples:
+        content["examples"] = examples
+    return {"application/json": content}
 
 
 def weights_parameters(model: LoadedModel) -> list[Schema]:

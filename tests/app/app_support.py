@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import jsonschema
 import numpy as np
 import pandas as pd
 import psycopg
@@ -77,3 +78,10 @@ AUDITED = ("prediction", "weights", "uncertainty")
 def audited(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """A response's instances as the audit trail keeps them: no experts' own outputs."""
     return [{k: item[k] for k in AUDITED} for item in items]
+
+
+def check_contract(client: Any, name: str, body: Any) -> None:
+    """Validate ``body`` against the schema ``name`` of the document ``client`` serves."""
+    doc = client.get("/openapi.json").json()
+    root = {"components": doc["components"], "$ref": f"#/components/schemas/{name}"}
+    jsonschema.Draft202012Validator(root).validate(body)

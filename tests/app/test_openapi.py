@@ -74,16 +74,19 @@ def test_instance_has_every_feature_by_the_users_name(
 
 def test_answers_name_experts_and_classes(doc: dict[str, Any]) -> None:
     schemas = doc["components"]["schemas"]
-    assert schemas["ExpertWeights"]["required"] == ["linear", "tree"]
-    assert schemas["ExpertPredictions"]["required"] == ["linear", "tree"]
-    assert schemas["ClassLabel"] == {"enum": ["bad", "good"]}
-    assert schemas["ClassProbabilities"]["required"] == ["bad", "good"]
-    assert set(schemas["UncertaintyParts"]["required"]) == {
+    row = schemas["InstanceResult"]["properties"]
+    assert row["weights"]["required"] == ["linear", "tree"]
+    assert row["experts"]["required"] == ["linear", "tree"]
+    assert row["prediction"] == {"$ref": "#/components/schemas/ClassPrediction"}
+    assert schemas["ClassPrediction"]["properties"]["label"] == {"enum": ["bad", "good"]}
+    assert schemas["ClassPrediction"]["properties"]["probabilities"]["required"] == ["bad", "good"]
+    assert set(schemas["Uncertainty"]["required"]) == {
         "total", "aleatoric", "epistemic", "selection",
     }  # fmt: skip
+    assert "RegressionPrediction" not in schemas  # only the bundle's task
     ok = operation_schema(doc, "/predict", "post")["responses"]["200"]
     assert ok["content"]["application/json"]["schema"]["anyOf"] == [
-        {"$ref": "#/components/schemas/PredictAnswer"},
+        {"$ref": "#/components/schemas/PredictResult"},
         {"$ref": "#/components/schemas/PredictColumnarAnswer"},
     ]
     infer = schemas["InferenceRequest"]["properties"]["inputs"]["items"]["anyOf"]
@@ -155,11 +158,11 @@ def test_real_answers_match_the_document(
             },
         )
     for r, name in [
-        (rows_answer, "PredictAnswer"),
+        (rows_answer, "PredictResult"),
         (columnar, "PredictColumnarAnswer"),
         (partial, "PredictColumnarAnswer"),
-        (probe, "GateProbe"),
-        (record, "AuditRecordOut"),
+        (probe, "GateWeights"),
+        (record, "AuditRecord"),
         (page, "RecordPage"),
         (infer, "InferenceResponse"),
     ]:
@@ -216,14 +219,14 @@ def test_regression_answers_match_their_document(
     with AsgiHarness(make_settings(store, tmp_path, "oddreg")) as app:
         doc = app.get("/openapi.json").json()
         answers = {
-            "PredictAnswer": app.post("/predict", json={"instances": rows}),
+            "PredictResult": app.post("/predict", json={"instances": rows}),
             "PredictColumnarAnswer": app.post(
                 "/predict", json={"instances": rows, "format": "columnar"}
             ),
         }
-    interval = doc["components"]["schemas"]["MixturePrediction"]["properties"]["interval"]
+    interval = doc["components"]["schemas"]["Interval"]
     assert interval["properties"]["level"] == {"const": 0.9}
-    assert "ClassLabel" not in doc["components"]["schemas"]
+    assert "ClassPrediction" not in doc["components"]["schemas"]
     for name, r in answers.items():
         assert r.status_code == 200, r.text
         validator(doc, name).validate(r.json())

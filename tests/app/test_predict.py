@@ -13,11 +13,10 @@ import numpy as np
 import pandas as pd
 import pytest
 from app_harness import AsgiHarness, UvicornHarness, harness
-from app_support import Bundles, instances, make_settings
+from app_support import Bundles, check_contract, instances, make_settings
 
 from app.bundle.mixture import clip_proba
 from app.core.service import ROW_SECONDS, runs_alone_inline
-from app.rest.schemas import PredictResponse
 
 TOL = 1e-5
 Client = AsgiHarness | UvicornHarness
@@ -92,7 +91,7 @@ def test_classification_equals_the_estimator(demo: Client, bundles: Bundles) -> 
         np.testing.assert_allclose(column(items, "uncertainty", key), getattr(mix, key), atol=TOL)
     entropy = -(weights * np.log(weights)).sum(axis=1) / np.log(len(experts))
     np.testing.assert_allclose(column(items, "uncertainty", "selection"), entropy, atol=TOL)
-    PredictResponse.model_validate(body)
+    check_contract(demo, "PredictResult", body)
 
 
 def test_regression_with_categories_equals_the_estimator(credit: Client, bundles: Bundles) -> None:
@@ -125,7 +124,7 @@ def test_regression_with_categories_equals_the_estimator(credit: Client, bundles
     for j, e in enumerate(experts):
         close(column(items, "experts", e, "mean"), dist.expert_means[:, j])
         close(column(items, "experts", e, "std"), np.full(len(items), est.sigmas_[j] * scale))
-    PredictResponse.model_validate(r.json())
+    check_contract(credit, "PredictResult", r.json())
 
 
 def test_string_labels(bundles: Bundles, tmp_path_factory: pytest.TempPathFactory) -> None:

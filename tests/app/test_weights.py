@@ -9,9 +9,10 @@ from typing import Any
 import numpy as np
 import pytest
 from app_harness import AsgiHarness, UvicornHarness, harness
-from app_support import Bundles, audited, make_settings
+from app_support import Bundles, audited, check_contract, make_settings
 
-from app.rest.schemas import AuditRecordOut, GateWeights, RecordPage
+from app.contract.answers import GateWeights, RecordPage
+from app.contract.reader import read
 
 Client = AsgiHarness | UvicornHarness
 
@@ -32,7 +33,8 @@ def test_gate_weights_now_equal_the_estimator(demo: Client, bundles: Bundles) ->
         x1, x2 = float(X.x1[i]), float(X.x2[i])
         r = demo.get("/weights", params={"x1": repr(x1), "x2": repr(x2)})
         assert r.status_code == 200, r.text
-        body = GateWeights.model_validate(r.json())
+        check_contract(demo, "GateWeights", r.json())
+        body = read(GateWeights, r.json())
         got = [body.weights[e] for e in est.expert_names_]
         np.testing.assert_allclose(got, est.weights(X.iloc[[i]])[0], atol=1e-5, rtol=0)
         assert body.top_expert == est.expert_names_[int(np.argmax(got))]
@@ -68,7 +70,8 @@ def test_record_by_request_id_equals_the_response(demo: Client) -> None:
     assert r.status_code == 200
     got = demo.get("/weights", params={"request_id": "rec-1"})
     assert got.status_code == 200, got.text
-    record = AuditRecordOut.model_validate(got.json()).model_dump()
+    check_contract(demo, "AuditRecord", got.json())
+    record = got.json()
     assert record["predictions"] == audited(r.json()["predictions"])
     assert (record["model"], record["version"], record["request_id"]) == (
         "demo", r.json()["version"], "rec-1",
@@ -99,11 +102,13 @@ def test_pages_cover_every_record_once_with_aggregates(demo: Client, bundles: Bu
         params: dict[str, Any] = {"limit": 3}
         if cursor:
             params["cursor"] = cursor
-        page = RecordPage.model_validate(demo.get("/weights", params=params).json())
+        raw = demo.get("/weights", params=params).json()
+        check_contract(demo, "RecordPage", raw)
+        page = read(RecordPage, raw)
         pages += 1
         seen += [rec.request_id for rec in page.records]
-        for rec in page.records:
-            assert rec.model_dump()["predictions"] == answers[rec.request_id]
+        for rec in raw["records"]:
+            assert rec["predictions"] == answers[rec["request_id"]]
         cursor = page.next_cursor
         if cursor is None:
             break
@@ -117,12 +122,12 @@ def test_pages_cover_every_record_once_with_aggregates(demo: Client, bundles: Bu
             for p in ps
         ]
     )
-    agg = page.aggregate.model_dump()
-    assert (agg["records"], agg["instances"]) == (11, 12)
+    agg = page.aggregate
+    assert (agg.records, agg.instances) == (11, 12)
     for j, e in enumerate(bundles.demo.est.expert_names_):
-        assert agg["experts"][e]["mean_weight"] == pytest.approx(weights[:, j].mean(), abs=1e-12)
+        assert agg.experts[e].mean_weight == pytest.approx(weights[:, j].mean(), abs=1e-12)
         share = float(np.mean(weights.argmax(axis=1) == j))
-        assert agg["experts"][e]["argmax_share"] == pytest.approx(share, abs=1e-12)
+        assert agg.experts[e].argmax_share == pytest.approx(share, abs=1e-12)
 
 
 def test_expert_and_time_filters(demo: Client, bundles: Bundles) -> None:

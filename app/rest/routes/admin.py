@@ -7,7 +7,6 @@ from starlette.responses import Response
 
 from app.rest.responses import json_response
 from app.rest.routes.deps import ServiceDep
-from app.rest.schemas import ErrorBody, Reloaded
 
 
 async def reload(request: Request, service: ServiceDep) -> Response:
@@ -21,12 +20,6 @@ def router() -> APIRouter:
         reload,
         methods=["POST"],
         response_model=None,
-        responses={
-            200: {"model": Reloaded},
-            401: {"model": ErrorBody},
-            404: {"model": ErrorBody},
-            409: {"model": ErrorBody},
-        },
         description=(
             "Needs `Authorization: Bearer <IABMA_ADMIN_TOKEN>`; 404 when no token is configured. "
             "A bundle that fails verification is refused with 409 and the serving version stays. "

@@ -7,7 +7,6 @@ from starlette.responses import Response
 
 from app.rest.responses import json_response
 from app.rest.routes.deps import ServiceDep
-from app.rest.schemas import ERRORS
 
 
 async def livez() -> Response:
@@ -52,7 +51,6 @@ def router() -> APIRouter:
         models,
         methods=["GET"],
         response_model=None,
-        responses={503: ERRORS[503]},
         description=(
             "The served bundle's manifest: experts, their test metrics, the version; and "
             "`rollout`: whether this worker follows LATEST, and the version it last refused."

@@ -12,8 +12,6 @@ name, 413 over the size limits, 503 while not ready. ``/v2/health/ready`` and th
 
 from __future__ import annotations
 
-from typing import Any
-
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
@@ -23,11 +21,7 @@ from app.core.service import Service
 from app.rest.body import check_content_type, parse_json, read_body
 from app.rest.responses import json_response
 from app.rest.routes.deps import ServiceDep, context_of, service_of
-from app.rest.schemas import OipError
 
-OIP_ERRORS: dict[int | str, dict[str, Any]] = {
-    code: {"model": OipError} for code in (400, 404, 413, 503)
-}
 OCTET_STREAM = frozenset({"application/octet-stream"})
 
 
@@ -89,22 +83,18 @@ def router() -> APIRouter:
     r.add_api_route("", server_metadata, methods=["GET"], response_model=None)
     r.add_api_route("/health/live", live, methods=["GET"], response_model=None)
     r.add_api_route("/health/ready", ready, methods=["GET"], response_model=None)
-    r.add_api_route(
-        "/models/{name}", model_metadata, methods=["GET"], response_model=None, responses=OIP_ERRORS
-    )
+    r.add_api_route("/models/{name}", model_metadata, methods=["GET"], response_model=None)
     r.add_api_route(
         "/models/{name}/ready",
         model_ready,
         methods=["GET"],
         response_model=None,
-        responses=OIP_ERRORS,
     )
     r.add_api_route(
         "/models/{name}/infer",
         infer,
         methods=["POST"],
         response_model=None,
-        responses=OIP_ERRORS,
         description=oip.__doc__ or "",
     )
     return r

@@ -9,7 +9,6 @@ from app.codecs import native
 from app.rest.body import json_body
 from app.rest.responses import json_response
 from app.rest.routes.deps import context_of, service_of
-from app.rest.schemas import ERRORS, PredictRequest, PredictResponse
 
 DESCRIPTION = """
 The bundle's fused graph runs once for the whole batch. Per instance the answer holds the
@@ -48,13 +47,6 @@ def router() -> APIRouter:
         predict,
         methods=["POST"],
         response_model=None,
-        responses={200: {"model": PredictResponse}, **ERRORS},
-        openapi_extra={
-            "requestBody": {
-                "required": True,
-                "content": {"application/json": {"schema": PredictRequest.model_json_schema()}},
-            }
-        },
         description=DESCRIPTION,
     )
     return r

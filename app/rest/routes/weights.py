@@ -8,7 +8,6 @@ from starlette.responses import Response
 from app.core import weights as logic
 from app.rest.responses import json_response
 from app.rest.routes.deps import ContextDep, ServiceDep
-from app.rest.schemas import ERRORS, AuditRecordOut, GateWeights, RecordPage
 
 
 async def weights(request: Request, service: ServiceDep, ctx: ContextDep) -> Response:
@@ -23,7 +22,6 @@ def router() -> APIRouter:
         weights,
         methods=["GET"],
         response_model=None,
-        responses={200: {"model": AuditRecordOut | GateWeights | RecordPage}, **ERRORS},
         description=logic.__doc__ or "",
     )
     return r
