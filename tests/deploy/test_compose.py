@@ -11,7 +11,9 @@ from typing import Any
 
 import pytest
 import yaml
-from deploy_support import (
+
+from app.settings import Settings, load_settings
+from tests.support.deploy import (
     COMPOSE_FILE,
     NGINX_TEMPLATE,
     REPO,
@@ -21,8 +23,6 @@ from deploy_support import (
     require_tool,
     template_variables,
 )
-
-from app.settings import Settings, load_settings
 
 APPS = ("app1", "app2")
 

@@ -9,7 +9,7 @@ import shlex
 import subprocess
 from pathlib import Path
 
-from deploy_support import (
+from tests.support.deploy import (
     DOCKERFILE,
     DOCKERIGNORE,
     REPO,

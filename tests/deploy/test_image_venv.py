@@ -21,7 +21,8 @@ from pathlib import Path
 
 import httpx
 import pytest
-from deploy_support import (
+
+from tests.support.deploy import (
     DOCKERIGNORE,
     DockerIgnore,
     Processes,
@@ -34,7 +35,7 @@ from deploy_support import (
     wait_until_ready,
     writable_store,
 )
-from support import free_port
+from tests.support.services import free_port
 
 INSTANCE = {"x1": 0.1, "x2": -0.3}
 

@@ -19,7 +19,8 @@ from pathlib import Path
 import httpx
 import pytest
 import sqlalchemy
-from deploy_support import (
+
+from tests.support.deploy import (
     NGINX_TEMPLATE,
     Processes,
     Stage,
@@ -27,7 +28,7 @@ from deploy_support import (
     template_variables,
     wait_until_ready,
 )
-from lb_support import (
+from tests.support.lb import (
     MAX_BODY,
     PREDICT,
     LoadBalancer,

@@ -17,8 +17,9 @@ from pathlib import Path
 
 import httpx
 import pytest
-from deploy_support import REPO, Processes, Stage, writable_store
-from lb_support import PREDICT, start_load_balancer, upstreams_of
+
+from tests.support.deploy import REPO, Processes, Stage, writable_store
+from tests.support.lb import PREDICT, start_load_balancer, upstreams_of
 
 INTERVAL = 1.0  # IABMA_RELOAD_INTERVAL_SECONDS for this test
 # Opening and verifying the demo bundle on a thread, on a busy 2-core machine.

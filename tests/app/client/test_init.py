@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 
-from app_harness import PYTHON, ROOT
+from tests.support.harness import PYTHON, ROOT
 
 SCRIPT = """
 import json, sys
