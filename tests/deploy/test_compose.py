@@ -20,9 +20,9 @@ from tests.support.deploy import (
     Stage,
     clean_env,
     exec_form,
-    require_tool,
     template_variables,
 )
+from tests.support.services import require_tool
 
 APPS = ("app1", "app2")
 

@@ -17,8 +17,8 @@ from tests.support.deploy import (
     Stage,
     exec_form,
     healthcheck,
-    require_tool,
 )
+from tests.support.services import require_tool
 
 EXPECTED_CMD_START = ["python", "-m", "app.server"]
 

@@ -10,13 +10,11 @@ import shlex
 import shutil
 import signal
 import subprocess
-import sys
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
-import pytest
 
 from tests.support.services import wait_until_ok
 
@@ -25,19 +23,6 @@ DOCKERFILE = REPO / "Dockerfile"
 DOCKERIGNORE = REPO / ".dockerignore"
 COMPOSE_FILE = REPO / "docker-compose.yml"
 NGINX_TEMPLATE = REPO / "app" / "deploy" / "default.conf.template"
-ON_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
-
-
-def require_tool(name: str) -> str:
-    """The tool's path; a missing tool skips the test locally and fails it on CI."""
-    venv_bin = Path(sys.executable).parent
-    path = shutil.which(name, path=f"{venv_bin}{os.pathsep}{os.environ.get('PATH', '')}")
-    if path is None:
-        reason = f"{name} is not installed (`make sysdeps` installs nginx, docker-compose, wrk)"
-        if ON_CI:
-            pytest.fail(reason)
-        pytest.skip(reason)
-    return path
 
 
 # --- Dockerfile ---------------------------------------------------------------------------

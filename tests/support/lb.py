@@ -20,11 +20,10 @@ from tests.support.deploy import (
     exec_form,
     nginx_main_conf,
     render_template,
-    require_tool,
     uvicorn_command,
     wait_until_ready,
 )
-from tests.support.services import free_port
+from tests.support.services import free_port, require_tool
 
 PREDICT = {"instances": [{"x1": 0.1, "x2": -0.3}]}
 MAX_BODY = Settings.model_fields["max_body_bytes"].default

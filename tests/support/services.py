@@ -4,10 +4,14 @@ audit record."""
 from __future__ import annotations
 
 import contextlib
+import os
+import shutil
 import socket
+import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from urllib.parse import quote
 
 import httpx
@@ -47,6 +51,44 @@ def wait_until_ok(
             last = repr(exc)
         time.sleep(0.1)
     raise AssertionError(f"{url} not ready after {timeout} s ({last})")
+
+
+def wait_for(condition: Callable[[], bool], timeout: float, what: str) -> None:
+    """Poll ``condition`` until it holds; fail after ``timeout`` seconds naming ``what``."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(0.02)
+
+
+def open_connections(port: int) -> int:
+    """Local TCP sockets connected to ``port`` on this machine that are still open
+    (established, or closed by the peer but not yet by their owner)."""
+    wanted = f"{port:04X}"
+    count = 0
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with open(table, encoding="ascii") as fh:
+            for line in fh.readlines()[1:]:
+                fields = line.split()
+                remote_port, state = fields[2].rsplit(":", 1)[1], fields[3]
+                count += remote_port == wanted and state in ("01", "08")  # ESTABLISHED, CLOSE_WAIT
+    return count
+
+
+ON_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+
+def require_tool(name: str) -> str:
+    """The tool's path; a missing tool skips the test locally and fails it on CI."""
+    venv_bin = Path(sys.executable).parent
+    path = shutil.which(name, path=f"{venv_bin}{os.pathsep}{os.environ.get('PATH', '')}")
+    if path is None:
+        reason = f"{name} is not installed (`make sysdeps` installs it)"
+        if ON_CI:
+            pytest.fail(reason)
+        pytest.skip(reason)
+    return path
 
 
 def require_postgres() -> None:

@@ -165,8 +165,8 @@ def test_a_group_wait_is_bounded_and_a_lone_request_never_waits(pending: int, tr
 def test_closing_the_writer_ends_a_group_wait(trail: Trail) -> None:
     async def main() -> float:
         store, writer = open_writer(trail, group_wait=30.0, pending=lambda: 1)
-        waiting = writer.submit(make_record("closing"))
-        await asyncio.sleep(0.1)
+        waiting, taken = writer.submit_large(make_record("closing"))
+        await asyncio.wait_for(taken, 5.0)  # the writer holds it in a group, waiting
         t0 = time.monotonic()
         await writer.close()
         await waiting
@@ -226,8 +226,8 @@ def test_records_that_waited_past_their_deadline_are_never_written(trail: Trail)
         writer = AuditWriter(store, ServiceMetrics(), lambda: ("demo", "v1"), 4, 0.3)
         writer.start()
         with trail_locked(trail):
-            stuck = writer.submit(make_record("in-the-hung-insert"))
-            await asyncio.sleep(0.1)  # the writer is now inside its insert, waiting
+            stuck, taken = writer.submit_large(make_record("in-the-hung-insert"))
+            await asyncio.wait_for(taken, 5.0)  # its group is formed: the insert waits
             queued = [writer.submit(make_record(f"queued-{k}")) for k in range(3)]
             outcomes = await asyncio.gather(stuck, *queued, return_exceptions=True)
         await writer.close()

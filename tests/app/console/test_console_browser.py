@@ -3,7 +3,6 @@ real uvicorn process with a seeded audit trail and an auditor key set."""
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -13,26 +12,23 @@ import pytest
 from tests.support.bundles import Bundles
 from tests.support.console import seed
 from tests.support.harness import UvicornProcess
+from tests.support.services import require_tool
 
 API, AUDITOR = "api-key-one", "auditor-key"
-CHROMIUM, DRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
-
-pytestmark = pytest.mark.skipif(
-    shutil.which("chromium") is None or shutil.which("chromedriver") is None,
-    reason="needs Debian's chromium and chromium-driver (make sysdeps installs them)",
-)
 
 
 def chrome() -> object:
+    """Debian's chromium and its driver: a missing one skips locally and fails on CI."""
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
 
+    chromium, driver = require_tool("chromium"), require_tool("chromedriver")
     options = webdriver.ChromeOptions()
-    options.binary_location = CHROMIUM
+    options.binary_location = chromium
     for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--window-size=1200,900"):
         options.add_argument(arg)
     options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    return webdriver.Chrome(options=options, service=Service(DRIVER))
+    return webdriver.Chrome(options=options, service=Service(driver))
 
 
 @pytest.fixture(scope="module")

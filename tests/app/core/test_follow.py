@@ -12,6 +12,7 @@ from app.bundle.pointer import promote
 from tests.support.bundles import Bundles
 from tests.support.harness import UvicornProcess
 from tests.support.metrics import parse, total
+from tests.support.services import wait_for as wait_until
 from training.export.bundle import export_bundle
 
 INTERVAL = 0.5
@@ -83,11 +84,16 @@ def test_two_workers_follow_promotion_and_refuse_a_bad_version(
             raise AssertionError(f"refusal not visible: {models}")
         assert "gate.onnx has sha256" in models[0]["rollout"]["refused"]["error"]
         assert answers(url) == {"v-good"}  # the old version keeps serving
-        time.sleep(1.2)  # the metrics flush interval
-        samples, _ = parse(httpx.get(url + "/metrics").text)
-        assert total(samples, "iabma_reloads_total", outcome="refused", model_version="v-bad") >= 2
-        assert total(samples, "iabma_model_refused", model_version="v-bad") == 2  # both workers
-        assert total(samples, "iabma_model_served", model_version="v-good") == 2
+
+        def flushed() -> bool:  # both workers' metrics, once each has flushed them
+            samples, _ = parse(httpx.get(url + "/metrics").text)
+            return (
+                total(samples, "iabma_reloads_total", outcome="refused", model_version="v-bad") >= 2
+                and total(samples, "iabma_model_refused", model_version="v-bad") == 2
+                and total(samples, "iabma_model_served", model_version="v-good") == 2
+            )
+
+        wait_until(flushed, 10, "both workers to report the refusal in /metrics")
 
         _, out, err = served.terminate()
     logged = [line for line in (out + err).splitlines() if "refused version v-bad" in line]

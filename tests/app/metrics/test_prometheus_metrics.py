@@ -25,7 +25,7 @@ from app.metrics.store import server_dir, sweep_stale_dirs
 from tests.support.bundles import Bundles, make_settings
 from tests.support.harness import AsgiHarness, UvicornHarness, UvicornProcess, harness
 from tests.support.metrics import parse, scrape, value
-from tests.support.services import free_port
+from tests.support.services import free_port, wait_for
 
 Client = AsgiHarness | UvicornHarness
 
@@ -192,7 +192,11 @@ def test_two_workers_every_scrape_shows_the_same_total(bundles: Bundles, tmp_pat
             worker.join()
             # While traffic ran, a counter never went backwards, whichever worker answered.
             assert seen == sorted(seen), seen
-            time.sleep(FLUSH_SECONDS + 0.5)
+            wait_for(
+                lambda: value(scrape(scraper)[0], "iabma_http_requests_total", **labels) == n,
+                FLUSH_SECONDS + 10,
+                "every worker to flush its count",
+            )
             finals = []
             pids = set()
             for _ in range(12):
@@ -218,11 +222,18 @@ def test_a_metrics_port_of_its_own_serves_every_worker(bundles: Bundles, tmp_pat
         served.wait_ready()
         assert httpx.get(served.base_url + "/metrics").status_code == 404  # not on the data port
         _burst(served.base_url, 50)
-        time.sleep(FLUSH_SECONDS + 0.5)
-        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=10) as scraper:
-            samples, _ = scrape(scraper)
         labels = {"route": "/predict", "method": "POST", "status": "200"}
-        assert value(samples, "iabma_http_requests_total", **labels) == 50
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=10) as scraper:
+
+            def flushed() -> bool:  # the count, and both workers' own process metrics
+                samples, _ = scrape(scraper)
+                pids = {lab["pid"] for lab, _ in samples.get("process_resident_memory_bytes", [])}
+                return (
+                    value(samples, "iabma_http_requests_total", **labels) == 50 and len(pids) == 2
+                )
+
+            wait_for(flushed, FLUSH_SECONDS + 10, "every worker to flush its metrics")
+            samples, _ = scrape(scraper)
         assert len({lab["pid"] for lab, _ in samples["process_resident_memory_bytes"]}) == 2
 
 

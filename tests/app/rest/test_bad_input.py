@@ -16,6 +16,7 @@ from app.audit.store import RecordFilter
 from tests.support.bundles import Bundles, make_settings
 from tests.support.harness import AsgiHarness, UvicornHarness, harness
 from tests.support.metrics import totals
+from tests.support.services import wait_for
 
 Client = AsgiHarness | UvicornHarness
 MAX_ROWS = 5
@@ -403,8 +404,14 @@ def test_a_client_that_hangs_up_mid_body_is_a_499_not_a_server_error(
             f"POST {path} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
             f"Content-Length: {len(body) + 100}\r\n\r\n"
         )
+        connections = app.server.server_state.connections
+        me = sock.getsockname()[:2]
         sock.sendall(head.encode() + body)
-        time.sleep(0.2)  # the handler is now waiting for the rest of the body
+
+        def started() -> bool:  # uvicorn has read the head and started the app on it
+            return any(c.client == me and c.cycle is not None for c in connections)
+
+        wait_for(started, 10, "the server to take the request")
     deadline = time.monotonic() + 10
     while totals(app, *counted, **mine, status="499") == before_499:
         assert time.monotonic() < deadline, "the hang-up was never counted as 499"
