@@ -1,11 +1,7 @@
-"""Which version of a bundle is served: the ``LATEST`` pointer and its ``HISTORY``.
+"""Which version of a bundle is served: the ``LATEST`` pointer and its ``HISTORY`` stack.
 
-``LATEST`` holds one version name and is only ever replaced by an atomic rename, so a
-server reading it sees the old name or the new one, never half of either. ``HISTORY`` is
-the stack of versions ``LATEST`` has named, oldest first, one per line: publishing or
-promoting pushes a version, rolling back pops the current one and serves the one below.
-Changes to both files are made under an exclusive lock on ``.pointer.lock``, so two
-operators promoting at once cannot interleave.
+``LATEST`` is only replaced by an atomic rename; publishing or promoting pushes a version
+on ``HISTORY``, rolling back pops it. Both change under a lock on ``.pointer.lock``.
 """
 
 from __future__ import annotations

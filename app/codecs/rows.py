@@ -1,11 +1,6 @@
-"""The per-instance JSON answer, rendered from arrays with one template per bundle.
-
-A row of the answer always has the same shape for a given bundle and ``include``: fixed
-text (keys, expert names, class names, constants) between numbers and labels. The
-template holds that text once; :meth:`RowTemplate.render` formats every number of the
-batch in a single orjson call and interleaves, so building a 1000-row answer costs
-array operations, not a million small Python objects.
-"""
+"""The per-instance JSON answer, rendered from arrays with one template per bundle and
+``include``: the fixed text once, every number of a batch in one orjson call
+(docs/design.md, "Writing an answer")."""
 
 from __future__ import annotations
 

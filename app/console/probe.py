@@ -1,11 +1,7 @@
 """Probing the gate from the console: one input, or one feature swept over its range.
 
-A probe runs the served graph on an input the auditor typed in and shows the gate's
-weights, each expert's prediction and the mixture. It is logged as a probe (logger
-``iabma.console``) and is never written to the audit trail: the trail records what was
-served to clients, and a probe served no one. Inputs are read exactly as ``GET /weights``
-reads feature values in its query (an empty value is missing), so a probe and
-``/weights?<features>`` give the same weights.
+A probe reads its input as ``GET /weights`` reads features, runs the served graph, and is
+logged (``iabma.console``), never audited: it served no client.
 """
 
 from __future__ import annotations

@@ -1,15 +1,8 @@
-"""Who may call what: API keys for the data routes, auditor keys, metrics keys.
+"""Who may call what: the roles of the routes, and the API, auditor and metrics keys.
 
-Each protected route belongs to one role. A role with no keys configured is open, except
-that the auditor role falls back to the API keys: setting ``IABMA_API_KEYS`` alone must
-not leave ``/weights`` (which can return raw inputs) open to anyone holding nothing.
-
-A key is sent as ``Authorization: Bearer <key>`` or ``X-API-Key: <key>``; under ``/audit``
-(the console, used from a browser) also as the HttpOnly cookie its login form sets. A missing or
-unknown key is 401 with ``WWW-Authenticate: Bearer``; a valid key of another role is 403.
-Keys are compared as sha256 digests with :func:`hmac.compare_digest` against every
-configured key, so the time taken says nothing about how much of a key was right, nor
-which key matched.
+A role without keys is open, but the auditor role falls back to the API keys. Keys come
+as ``Authorization: Bearer``, ``X-API-Key`` or the console's cookie and are compared in
+constant time (docs/design.md, "Access").
 """
 
 from __future__ import annotations

@@ -1,13 +1,8 @@
 """Dynamic batching: concurrent small requests share one run of the graph.
 
-A request waits for its rows' answer on a future. The first one in a batch schedules the
-batch to run after the event loop has handled everything else that is ready, so requests
-that arrive together are predicted together, as Triton's dynamic batcher and MLServer's
-adaptive batching do. When other requests are in flight, more are likely on their way
-(their clients send again as soon as they are answered), so the batch then waits up to
-``IABMA_BATCH_WAIT_MS`` for them, and runs at once when every request in flight has
-joined it. A lone request never waits: one client's latency is unchanged. Each request
-then checks, encodes and audits its own rows.
+A batch runs once the event loop has nothing else ready, waiting up to
+``IABMA_BATCH_WAIT_MS`` for requests already in flight; a lone request never waits
+(docs/design.md, "Batching").
 """
 
 from __future__ import annotations

@@ -1,11 +1,5 @@
-"""Draining on SIGTERM: /readyz turns 503 at once, then the server shuts down gracefully.
-
-uvicorn stops accepting connections as soon as it sees SIGTERM, so the flag must flip
-before uvicorn is told: the hook sets ``draining``, waits ``IABMA_DRAIN_SECONDS`` (time for
-a load balancer to notice /readyz) while still serving, then hands the signal to the
-handler it replaced. uvicorn then finishes the requests in flight and runs the lifespan
-shutdown, which flushes the audit queue.
-"""
+"""Draining on SIGTERM: ``/readyz`` turns 503 at once, the server keeps serving for
+``IABMA_DRAIN_SECONDS``, then uvicorn shuts down gracefully (docs/design.md, "Draining")."""
 
 from __future__ import annotations
 

@@ -1,11 +1,8 @@
 """Every worker follows its bundle's ``LATEST`` by itself: the fleet's rollout and rollback.
 
-``iabma promote`` and ``iabma rollback`` only replace the pointer file. Each worker
-stats it every ``IABMA_RELOAD_INTERVAL_SECONDS`` (inode, mtime and size: the pointer is
-replaced by a rename, so any change shows) and, when it names another version, opens
-and verifies that version on a thread while the old one keeps serving, then swaps it in
-atomically. A version that fails verification is refused: the refusal is logged, shown
-by ``/models`` and counted in ``/metrics``, and not tried again until the pointer moves.
+Each worker stats the pointer every ``IABMA_RELOAD_INTERVAL_SECONDS``, verifies a new
+version on a thread while the old one serves, swaps it atomically, and refuses (once per
+pointer move) a version that fails (docs/design.md, "Rollout").
 """
 
 from __future__ import annotations

@@ -1,15 +1,8 @@
 """Validating raw feature values and turning them into the columns every ONNX graph takes.
 
-Numeric features take a JSON number or ``null`` (missing). NaN, Infinity and numbers
-outside float32's range are refused: the graphs run in float32, and a missing value is
-spelled ``null``. Categorical features take a string, or a number when its text is one of
-the training categories (e.g. ``3`` for the category ``"3"``), or ``null``.
-
-Unknown categories: by default (``IABMA_UNKNOWN_CATEGORY=reject``) a value the model never
-saw in training is refused with a 422 that names the field, the value and the known
-categories, because the experts would silently treat it as "none of the above" and the
-client would never learn about the typo. With ``IABMA_UNKNOWN_CATEGORY=missing`` such a
-value is treated exactly like ``null``.
+Numbers within float32 or ``null``; categories as text (or a number spelling one) or
+``null``; an unseen category is refused unless ``IABMA_UNKNOWN_CATEGORY=missing``. Every
+fault names its field (docs/design.md, "Reading a request").
 """
 
 from __future__ import annotations

@@ -1,14 +1,7 @@
 """OpenTelemetry tracing: off unless the standard ``OTEL_*`` variables ask for it.
 
-Tracing is on when ``OTEL_TRACES_EXPORTER`` names an exporter (``otlp``, ``console``) or
-an OTLP endpoint is given (``OTEL_EXPORTER_OTLP_ENDPOINT`` or
-``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT``), and ``OTEL_SDK_DISABLED`` is not ``true``. The
-SDK then reads the rest of its configuration (service name, sampler, batch delays,
-headers) from the same variables. Requests get a server span from the FastAPI
-instrumentation, which continues an incoming ``traceparent``; inside it the service opens
-``decode``, ``graph`` and ``audit`` spans. The trace id goes into the request's log line.
-
-When off, nothing of OpenTelemetry is imported and a span costs one ``nullcontext``.
+When on, requests get a server span with ``decode``, ``graph`` and ``audit`` inside, and
+the trace id goes into the log line; when off nothing of OpenTelemetry is imported.
 """
 
 from __future__ import annotations

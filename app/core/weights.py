@@ -1,16 +1,9 @@
 """``GET /weights``: a past record, the gate's weights for an input now, or a page of records.
 
-The query decides the mode:
-
-- ``request_id=...`` alone returns the stored record (the latest one, should a client
-  have reused an id);
-- feature values (``x1=0.5&x2=-1``, every feature, an empty value meaning missing) run
-  the gate only, with the same validation as ``POST /predict``;
-- otherwise the served model's records are listed, newest first: ``since`` and ``until``
-  (ISO-8601; naive means UTC; since inclusive, until exclusive), ``expert``, ``limit``
-  (1-1000, default 100) and ``cursor`` select them, and each expert's mean weight and
-  argmax share are given over every record matching the filter. ``expert`` keeps the
-  records whose top expert (largest mean weight over the record's rows) is that expert.
+The query decides the mode: ``request_id`` alone returns the stored record; every feature
+runs the gate only; otherwise ``since``, ``until`` (ISO-8601, naive is UTC), ``expert``,
+``limit`` (1-1000, default 100) and ``cursor`` select records, newest first, with each
+expert's mean weight and argmax share over all that match.
 """
 
 from __future__ import annotations

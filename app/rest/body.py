@@ -1,12 +1,6 @@
-"""Reading a JSON request body: content type, size limit, and strict parsing.
-
-The body is parsed by our own code rather than FastAPI's so that every fault becomes a
-clear 4xx: a wrong ``Content-Type`` is 415, a body over ``IABMA_MAX_BODY_BYTES`` is 413
-(refused from ``Content-Length`` before reading, or as soon as a chunked body passes the
-limit), and malformed JSON is 400 with the line and column. ``NaN`` and ``Infinity``
-tokens are kept as :class:`NonFinite` markers so that the field that holds one can be
-named by the validator; a duplicate key in an object is refused outright.
-"""
+"""Reading a JSON request body: content type (415), size limit (413), strict parsing (400
+with line and column); ``NaN`` and ``Infinity`` are kept as :class:`NonFinite` markers so
+the validator can name their field (docs/design.md, "Reading a request")."""
 
 from __future__ import annotations
 

@@ -1,14 +1,6 @@
-"""``/openapi.json`` typed by the served bundle: its features, categories, experts and classes.
-
-FastAPI's own document only knows the routes: the data routes read raw JSON (see
-:mod:`app.core.inputs`), so it shows ``POST /predict`` as a generic object. :func:`install`
-replaces ``app.rest.openapi`` with a builder that starts from FastAPI's document and fills in,
-from the loaded bundle's manifest, the request and answer schemas of ``POST /predict``,
-``GET /weights`` and the Open Inference Protocol's infer, plus every error status each
-operation can answer (:data:`ERRORS`). The document is built once per served
-``(name, version)``: in the lifespan when the bundle loads, and again on first use after
-a reload brings another version.
-"""
+"""``/openapi.json`` typed by the served bundle: FastAPI's document with the contract's
+schemas named for the bundle, its features as query parameters, and every error status
+each operation answers (:data:`ERRORS`); built once per served ``(name, version)``."""
 
 from __future__ import annotations
 
@@ -83,7 +75,7 @@ ECHOED_ID: Schema = {
 
 
 def install(app: FastAPI, service: Service) -> Callable[[], dict[str, Any]]:
-    """Make ``app.rest.openapi`` build the typed document, cached per served (name, version)."""
+    """Make ``app.openapi`` build the typed document, cached per served (name, version)."""
     cache: dict[tuple[str, str] | None, dict[str, Any]] = {}
     lock = threading.Lock()
 

@@ -1,12 +1,6 @@
-"""The service and the request context, typed, for every route.
-
-Routes declare them as FastAPI dependencies (``ServiceDep``, ``ContextDep``). The two
-data-plane routes (``POST /predict`` and the Open Inference Protocol's infer) call the same
-accessors directly: FastAPI 0.165 solves each dependency through a generic resolver that
-cost about 40 µs a dependency per request here, a quarter of a batched single-row
-prediction (bench/serve_speed.py). The accessors below remain the one place that knows
-where the middleware leaves the context.
-"""
+"""The service and the request context, typed, for every route: FastAPI dependencies
+(``ServiceDep``, ``ContextDep``), and the accessors the two data-plane routes call
+directly, the one place that knows where the middleware leaves the context."""
 
 from __future__ import annotations
 
