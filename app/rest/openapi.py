@@ -18,8 +18,7 @@ from app.core.context import REQUEST_ID
 from app.core.runtime import LoadedModel
 from app.core.service import Service
 from app.core.weights import DEFAULT_LIMIT, MAX_LIMIT
-from app.rest import contract
-from app.rest.contract import ANSWERS, STRING, feature_value
+from app.rest.schemas import ANSWERS, STRING, components, example_row, feature_value, oip_example
 
 # Every status besides 200 that each operation can answer. Every operation can answer 400:
 # an X-Request-ID header that is not a valid id is refused before routing.
@@ -113,7 +112,7 @@ def build(
         servers=app.servers,
     )
     schemas = doc.setdefault("components", {}).setdefault("schemas", {})
-    found, comps = contract.components(model, max_rows)
+    found, comps = components(model, max_rows)
     schemas.update(found)
     if model is not None:
         doc["info"]["x-bundle"] = {"name": model.name, "version": model.version}
@@ -189,7 +188,7 @@ def _typed(op: dict[str, Any], path: str, model: LoadedModel | None, comps: Comp
     if path == "/predict":
         examples: dict[str, Any] = {}
         if model is not None:
-            row = contract.example_row(model)
+            row = example_row(model)
             examples = {
                 "rows": {"value": {"instances": [row]}},
                 "columnar": {"value": {"instances": [row, row], "format": "columnar"}},
@@ -201,7 +200,7 @@ def _typed(op: dict[str, Any], path: str, model: LoadedModel | None, comps: Comp
     if path == "/weights":
         op["parameters"] = weights_parameters(model) + op["parameters"]
     elif path == "/v2/models/{name}/infer":
-        examples = {"one row": {"value": contract.oip_example(model)}}
+        examples = {"one row": {"value": oip_example(model)}}
         op["requestBody"] = {"required": True, "content": _body("InferenceRequest", examples)}
         op["responses"]["200"] = _json(ref("InferenceResponse"), "Output tensors.")
     for param in op.get("parameters", []):
@@ -240,7 +239,7 @@ def weights_parameters(model: LoadedModel) -> list[Schema]:
     params: dict[str, Schema] = {}
     for name, schema in listing.items():
         params[name] = {"name": name, "in": "query", "required": False, "schema": schema}
-    example = contract.example_row(model)
+    example = example_row(model)
     for name in model.features.names:
         value = feature_value(model, name, in_query=True)
         if name in params:
