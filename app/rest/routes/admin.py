@@ -6,7 +6,14 @@ from fastapi import APIRouter, Request
 from starlette.responses import Response
 
 from app.rest.responses import json_response
+from app.rest.routes import router_of
 from app.rest.routes.deps import ServiceDep
+
+DESCRIPTION = (
+    "Needs `Authorization: Bearer <IABMA_ADMIN_TOKEN>`; 404 when no token is configured. "
+    "A bundle that fails verification is refused with 409 and the serving version stays. "
+    "Each worker process reloads on its own."
+)
 
 
 async def reload(request: Request, service: ServiceDep) -> Response:
@@ -14,16 +21,4 @@ async def reload(request: Request, service: ServiceDep) -> Response:
 
 
 def router() -> APIRouter:
-    r = APIRouter()
-    r.add_api_route(
-        "/admin/reload",
-        reload,
-        methods=["POST"],
-        response_model=None,
-        description=(
-            "Needs `Authorization: Bearer <IABMA_ADMIN_TOKEN>`; 404 when no token is configured. "
-            "A bundle that fails verification is refused with 409 and the serving version stays. "
-            "Each worker process reloads on its own."
-        ),
-    )
-    return r
+    return router_of(("POST", "/admin/reload", reload, DESCRIPTION))

@@ -6,7 +6,14 @@ from fastapi import APIRouter
 from starlette.responses import Response
 
 from app.rest.responses import json_response
+from app.rest.routes import router_of
 from app.rest.routes.deps import ServiceDep
+
+READY = "200 with a bundle loaded; 503 while loading or draining after SIGTERM."
+MODELS = (
+    "The served bundle's manifest: experts, their test metrics, the version; and "
+    "`rollout`: whether this worker follows LATEST, and the version it last refused."
+)
 
 
 async def livez() -> Response:
@@ -28,32 +35,12 @@ async def models(service: ServiceDep) -> Response:
 
 
 def router() -> APIRouter:
-    r = APIRouter()
-    r.add_api_route(
-        "/livez",
-        livez,
-        methods=["GET"],
-        response_model=None,
-        description="200 while the process runs.",
-    )
-    r.add_api_route(
-        "/readyz",
-        readyz,
-        methods=["GET"],
-        response_model=None,
-        description="200 with a bundle loaded; 503 while loading or draining after SIGTERM.",
+    r = router_of(
+        ("GET", "/livez", livez, "200 while the process runs."),
+        ("GET", "/readyz", readyz, READY),
+        ("GET", "/models", models, MODELS),
     )
     for path, probe in (("/livez", livez), ("/readyz", readyz)):
         # Uptime monitors and some load balancers probe with HEAD; the status is the answer.
         r.add_api_route(path, probe, methods=["HEAD"], response_model=None, include_in_schema=False)
-    r.add_api_route(
-        "/models",
-        models,
-        methods=["GET"],
-        response_model=None,
-        description=(
-            "The served bundle's manifest: experts, their test metrics, the version; and "
-            "`rollout`: whether this worker follows LATEST, and the version it last refused."
-        ),
-    )
     return r

@@ -9,6 +9,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
+from app.rest.routes import router_of
 from app.rest.routes.deps import ServiceDep
 
 
@@ -18,12 +19,5 @@ async def metrics(request: Request, service: ServiceDep) -> Response:
 
 
 def router() -> APIRouter:
-    r = APIRouter()
-    r.add_api_route(
-        "/metrics",
-        metrics,
-        methods=["GET"],
-        response_model=None,
-        description="Prometheus exposition of all worker processes of this server.",
-    )
-    return r
+    described = "Prometheus exposition of all worker processes of this server."
+    return router_of(("GET", "/metrics", metrics, described))

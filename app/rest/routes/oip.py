@@ -20,6 +20,7 @@ from app.core.runtime import LoadedModel
 from app.core.service import Service
 from app.rest.body import check_content_type, parse_json, read_body
 from app.rest.responses import json_response
+from app.rest.routes import router_of
 from app.rest.routes.deps import ServiceDep, context_of, service_of
 
 OCTET_STREAM = frozenset({"application/octet-stream"})
@@ -79,22 +80,13 @@ async def infer(name: str, request: Request) -> Response:
 
 
 def router() -> APIRouter:
-    r = APIRouter(prefix="/v2", tags=["Open Inference Protocol v2"])
-    r.add_api_route("", server_metadata, methods=["GET"], response_model=None)
-    r.add_api_route("/health/live", live, methods=["GET"], response_model=None)
-    r.add_api_route("/health/ready", ready, methods=["GET"], response_model=None)
-    r.add_api_route("/models/{name}", model_metadata, methods=["GET"], response_model=None)
-    r.add_api_route(
-        "/models/{name}/ready",
-        model_ready,
-        methods=["GET"],
-        response_model=None,
+    return router_of(
+        ("GET", "", server_metadata, None),
+        ("GET", "/health/live", live, None),
+        ("GET", "/health/ready", ready, None),
+        ("GET", "/models/{name}", model_metadata, None),
+        ("GET", "/models/{name}/ready", model_ready, None),
+        ("POST", "/models/{name}/infer", infer, oip.__doc__ or ""),
+        prefix="/v2",
+        tags=["Open Inference Protocol v2"],
     )
-    r.add_api_route(
-        "/models/{name}/infer",
-        infer,
-        methods=["POST"],
-        response_model=None,
-        description=oip.__doc__ or "",
-    )
-    return r

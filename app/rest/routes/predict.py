@@ -8,6 +8,7 @@ from starlette.responses import Response
 from app.codecs import native
 from app.rest.body import json_body
 from app.rest.responses import json_response
+from app.rest.routes import router_of
 from app.rest.routes.deps import context_of, service_of
 
 DESCRIPTION = """
@@ -41,12 +42,4 @@ async def predict(request: Request) -> Response:
 
 
 def router() -> APIRouter:
-    r = APIRouter()
-    r.add_api_route(
-        "/predict",
-        predict,
-        methods=["POST"],
-        response_model=None,
-        description=DESCRIPTION,
-    )
-    return r
+    return router_of(("POST", "/predict", predict, DESCRIPTION))

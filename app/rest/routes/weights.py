@@ -7,6 +7,7 @@ from starlette.responses import Response
 
 from app.core import weights as logic
 from app.rest.responses import json_response
+from app.rest.routes import router_of
 from app.rest.routes.deps import ContextDep, ServiceDep
 
 
@@ -16,12 +17,4 @@ async def weights(request: Request, service: ServiceDep, ctx: ContextDep) -> Res
 
 
 def router() -> APIRouter:
-    r = APIRouter()
-    r.add_api_route(
-        "/weights",
-        weights,
-        methods=["GET"],
-        response_model=None,
-        description=logic.__doc__ or "",
-    )
-    return r
+    return router_of(("GET", "/weights", weights, logic.__doc__ or ""))
