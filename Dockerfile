@@ -6,7 +6,8 @@
 #     -e IABMA_MODEL_NAME=demo iabma
 #
 # tests/deploy/ parses this file: it lints it with hadolint, then installs `.[serve]`
-# into a fresh venv and runs this CMD and this HEALTHCHECK against a real bundle.
+# into a fresh venv and runs this CMD, this HEALTHCHECK and the serving `iabma` commands
+# against a real bundle.
 
 # An explicit patch tag so that two builds a month apart start from the same Python.
 FROM python:3.11.11-slim-bookworm AS builder
@@ -23,8 +24,9 @@ WORKDIR /src
 # the install below on every docs edit; setuptools builds without it.
 # setup.py generates the gRPC stubs of app/oip_grpc/*.proto while the package is built.
 COPY pyproject.toml setup.py ./
+# app/ alone: the serving commands (iabma serve, promote, rollback, audit-sums) are in it,
+# and training/ (torch, scikit-learn) has no place in this image.
 COPY app ./app
-COPY training ./training
 # Non-editable, like a wheel: the code lands in the venv's site-packages.
 RUN /opt/venv/bin/pip install --no-cache-dir '.[serve]'
 

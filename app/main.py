@@ -17,17 +17,18 @@ from typing import TYPE_CHECKING
 from fastapi import FastAPI
 from starlette.middleware.cors import CORSMiddleware
 
-from app.access import AccessGuard, KeyRing, Role
-from app.drain import install_drain_hook
+from app.core.access import KeyRing, Role
+from app.core.drain import install_drain_hook
+from app.core.logs import setup_logging
+from app.core.service import Service
+from app.core.tracing import from_environment as tracing_from_environment
 from app.errors import StartupRefused
-from app.logs import setup_logging
-from app.observe import RequestObserver
-from app.openapi import install as install_openapi
-from app.responses import install_error_handlers
-from app.routes import admin, console, health, metrics, oip, predict, weights
-from app.service import Service
+from app.rest.access import AccessGuard
+from app.rest.observe import RequestObserver
+from app.rest.openapi import install as install_openapi
+from app.rest.responses import install_error_handlers
+from app.rest.routes import admin, console, health, metrics, oip, predict, weights
 from app.settings import Settings, load_settings
-from app.tracing import from_environment as tracing_from_environment
 
 log = logging.getLogger("iabma.app")
 if TYPE_CHECKING:  # grpc is imported only when IABMA_GRPC_PORT is set

@@ -6,8 +6,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from support import fresh_schema, require_postgres
 
+from tests.support.services import fresh_schema, require_postgres
 from training.datasets import default_data_dir
 
 REPO = Path(__file__).resolve().parents[1]

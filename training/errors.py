@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from app.cli.errors import CommandError, CommandWarning, option_fault
 
-class IABMAError(Exception):
-    """Base class for every error this package raises on purpose."""
+
+class IABMAError(CommandError):
+    """Base class for every error this package raises on purpose; the CLI shows it as one
+    line and exits 2."""
 
 
 class ParameterError(IABMAError, ValueError):
@@ -14,10 +17,7 @@ class ParameterError(IABMAError, ValueError):
         self.parameter = parameter
         self.value = value
         self.problem = problem
-        shown = repr(value)
-        if len(shown) > 200:
-            shown = shown[:197] + "..."
-        super().__init__(f"{parameter}={shown} {problem}")
+        super().__init__(option_fault(parameter, value, problem))
 
 
 class ExportError(IABMAError):
@@ -39,5 +39,5 @@ class CsvError(IABMAError, ValueError):
         super().__init__(where + problem)
 
 
-class DataWarning(UserWarning):
+class DataWarning(CommandWarning):
     """Something about the user's data we changed or would question (shown by the CLI)."""

@@ -1,16 +1,6 @@
-"""Raw feature columns: which are numeric, which categorical, their graph names, their values.
-
-Every consumer (the sklearn experts, the gate, ONNX export, serving) sees the same values:
-cells are read by the bundle's input rule (:mod:`app.bundle.normalise`, recorded in the
-manifest and applied again by the app), numbers are rounded to float32 with NaN for
-missing, and categories are strings with the missing token. That is what makes the ONNX
-graphs agree with the in-memory models and every training row acceptable to the server.
-
-Inside training and in every ONNX graph a feature is known by its *graph input name*
-(``f_`` plus the user's name reduced to ``[A-Za-z0-9_]``, made unique), because user
-column names may hold any character and converters rewrite names they dislike. Users and
-clients only ever see their own names; the manifest maps one to the other.
-"""
+"""Raw feature columns: which are numeric, which categorical, their graph input names
+(``f_`` plus the user's name made safe and unique), and their values as every consumer
+sees them (docs/design.md, "Feature values")."""
 
 from __future__ import annotations
 
@@ -147,12 +137,6 @@ class FeatureSchema:
     def inputs(self) -> list[str]:
         """The graph input names, in the same order."""
         return [f.input for f in self.features]
-
-    def input_of(self, name: str) -> str:
-        for f in self.features:
-            if f.name == name:
-                return f.input
-        raise KeyError(name)
 
     def name_of(self, graph_input: str) -> str:
         for f in self.features:

@@ -1,24 +1,8 @@
 """The writer thread's own connection to the trail, and the one statement per group.
 
-One connection, detached from the pool and in autocommit: a single statement is its own
-transaction, durable when it returns, with no BEGIN and COMMIT around it. Each of those is
-a round trip to PostgreSQL, and on SQLite a step that gives up the GIL and must win it
-back from a busy event loop (up to the 5 ms switch interval each time). PostgreSQL takes a
-group through ``COPY`` (a third of the client CPU of an INSERT), SQLite as one multi-row
-INSERT; a group too large for one INSERT gets an explicit transaction.
-
-What production does to such a connection, and what is done about it here:
-
-- PostgreSQL restarted, a failover, or an idle timeout (the server's
-  ``idle_session_timeout``, a NAT or proxy in between) ends it while it is idle: after
-  :data:`IDLE_PING_S` unused it is pinged first and replaced if dead, so the next request
-  is not the one to find out;
-- a stalled database: the writer cancels the statement (:meth:`WriterConnection.cancel`)
-  once its requests have waited long enough, so it fails rather than commit after they
-  were answered 503;
-- a SQLite file deleted or replaced under the server: SQLite would go on writing to the
-  unlinked file, which vanishes with the process; each group checks that the path still
-  names the open file, and refuses to write otherwise.
+Autocommit, out of the pool: ``COPY`` on PostgreSQL, one multi-row INSERT on SQLite. It is
+pinged after :data:`IDLE_PING_S` idle, cancelled when stalled, and refuses a SQLite file
+replaced under it (docs/design.md, "Audit trail").
 """
 
 from __future__ import annotations

@@ -1,15 +1,7 @@
-"""Who settles a record whose deadline has passed: the writer, or the watchdog.
+"""Who settles a record whose deadline has passed: the writer thread or the watchdog.
 
-A request waits for its record's commit for ``IABMA_AUDIT_TIMEOUT_SECONDS``. Past that, a
-503 must never leave a record behind, and no request may wait for ever. The writer thread
-and the event loop's watchdog decide under one lock:
-
-- a record the writer has *claimed* (taken into a commit) is the writer's to settle: its
-  request waits for the commit's outcome. The watchdog has the statement cancelled
-  :data:`CANCEL_AFTER_S` past the deadline, so it fails and nothing of it is written, and
-  gives up on the commit only :data:`CLAIM_GRACE_S` past it, should the database ignore
-  the cancel (a commit landing after that is logged by the writer);
-- a record the watchdog has failed first is *abandoned*: the writer never takes it.
+A record the writer has claimed is the writer's to settle; one the watchdog failed first
+is never written. The reasons: docs/design.md, "Audit trail".
 """
 
 from __future__ import annotations

@@ -1,12 +1,7 @@
-"""The key of the ``hash`` audit mode: inputs are kept as an HMAC-SHA256, not a bare hash.
+"""The key of the ``hash`` audit mode: inputs are kept as an HMAC-SHA256.
 
-A bare sha256 of a few tabular values can be reversed by trying values; a keyed hash
-cannot without the key, yet equal inputs still give equal digests, so an auditor who
-holds the key can check whether a given input was seen. The key comes from
-``IABMA_AUDIT_HASH_KEY`` (or ``_FILE``). A SQLite trail without one gets a random key
-made at first start and kept beside the trail (mode 0600), so a single node needs no
-set-up; a PostgreSQL trail is shared by replicas, which must all use one key, so it
-refuses to start without one.
+From ``IABMA_AUDIT_HASH_KEY`` (or ``_FILE``); a SQLite trail without one gets a random key
+kept beside it, a PostgreSQL trail refuses to start (docs/design.md, "Audit trail").
 """
 
 from __future__ import annotations

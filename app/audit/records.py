@@ -1,14 +1,7 @@
 """An audit record: built from an answered prediction, stored as rows, read back as JSON.
 
-What an auditor needs, and no more: request id, time, model, version, route, latency, the
-weights with the top expert, the prediction and the uncertainty, as compact arrays; not
-the experts' own outputs nor the formatted response. The input is kept as configured by
-``IABMA_AUDIT_PAYLOAD``: ``full`` stores the instances and their hash, ``hash`` only the
-hash, ``off`` neither. The hash is an HMAC-SHA256 keyed by the trail's secret
-(:mod:`app.audit.hashkey`), taken over the canonical JSON of the instances (keys sorted,
-no spaces, UTF-8, as orjson writes it).
-
-Rows are built on the writer thread (:meth:`AuditRecord.log_values`), not on the event loop.
+It holds what an auditor needs as compact arrays, and the input as ``IABMA_AUDIT_PAYLOAD``
+says (``full``, ``hash`` or ``off``; the hash is keyed, :mod:`app.audit.hashkey`).
 """
 
 from __future__ import annotations
@@ -26,9 +19,9 @@ import numpy as np
 import orjson
 
 from app.bundle.mixture import INTERVAL
+from app.contract.answers import UNCERTAINTY
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-UNCERTAINTY = ("total", "aleatoric", "epistemic", "selection")
 REGRESSION_FIELDS = 4  # mean, std, lower, upper
 
 
@@ -44,11 +37,6 @@ def iso_from_us(us: int) -> str:
 
 def canonical_json(value: Any) -> bytes:
     return orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
-
-
-def input_digest(key: bytes, instances: list[dict[str, Any]]) -> str:
-    """The keyed hash the trail keeps of an input (HMAC-SHA256 of its canonical JSON)."""
-    return _hmac(key, canonical_json(instances))
 
 
 def _hmac(key: bytes, text: bytes) -> str:

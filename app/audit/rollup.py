@@ -1,26 +1,8 @@
-"""Sums of the trail per ten minutes, so an aggregate over weeks reads a row per bucket
-instead of every record.
+"""The trail's sums per ten minutes, so an aggregate over weeks reads a row per bucket.
 
-``GET /weights`` reports each expert's mean weight and top share over every record that
-matches its filter. Summed from the records alone, that read every record of the model: on
-a trail of 1.1 million records (700 MB of SQLite) it took 8 s, and it grows with the trail.
-
-A bucket is *sealed* once it ended :data:`SEAL_US` ago. No commit can still add a record
-to it by then: a record's time is taken while its request is served, and a record not
-written within ``IABMA_AUDIT_TIMEOUT_SECONDS`` is never written (its request got a 503).
-The first aggregate that needs a sealed bucket sums every sealed bucket not summed yet, in
-one scan of their records, and stores the sums in ``iabma_audit_buckets``, one row per
-bucket, version, top expert and set of experts; ``iabma_audit_rollup`` keeps, per model,
-the time before which every sealed bucket is summed. Each aggregate then adds up the
-stored rows of the whole buckets inside its window, and sums only the records at its
-edges: before its first whole bucket, and from the first bucket not sealed (at most a
-bucket and the seal margin ago).
-
-The records stay the truth. The sums are derived and may be dropped at any time: delete the
-model's row of ``iabma_audit_rollup``, and the next aggregate replaces its bucket rows.
-Whoever deletes records from the trail must drop the sums too. Clocks must agree to within
-minutes: a replica whose clock runs half an hour behind, or a reader's ahead, would let
-records land in buckets already summed.
+Sealed buckets are summed once into ``iabma_audit_buckets``; an aggregate adds those rows
+and sums only the records at its edges. The sums are derived and may be dropped at any
+time (docs/design.md, "Audit trail").
 """
 
 from __future__ import annotations

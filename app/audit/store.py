@@ -1,15 +1,7 @@
-"""Reading and writing the trail through SQLAlchemy Core; every method is blocking.
+"""Reading and writing the trail through SQLAlchemy Core; every method blocks.
 
-The writer thread calls :meth:`AuditStore.insert_rows` with a whole group of records: one
-transaction through the driver on the writer's own connection (``COPY`` on PostgreSQL,
-one multi-row INSERT on SQLite), no ORM work per record. Request handlers call the
-readers through a worker thread.
-
-Paging: records come newest first, ordered by ``(time, id)``. The cursor is the
-base64url text of ``"<created_us>.<id>"`` of the last record on the page; the next page
-holds the records strictly before it. Aggregates cover every record that matches the
-filter (``since`` inclusive, ``until`` exclusive, ``expert``), not only the page; they are
-summed in numpy from each record's per-expert sums, one array per set of experts.
+The writer thread inserts whole groups; request handlers read records (newest first,
+with an opaque cursor) and aggregates over every record matching a filter.
 """
 
 from __future__ import annotations

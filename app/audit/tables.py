@@ -1,15 +1,7 @@
-"""The audit trail's table (SQLAlchemy Core) and the engine for SQLite or PostgreSQL.
+"""The audit trail's tables (SQLAlchemy Core) and the engine for SQLite or PostgreSQL.
 
-``iabma_audit_log`` holds one row per answered request: who, when, which version, and the
-answer as compact arrays (little-endian): the weights ``(n, m)``, the prediction
-(``(n, C)`` class probabilities, or ``(n, 4)`` mean, std and the 90% interval), the
-uncertainty ``(n, 4)``, each expert's weight summed over the rows and how often it was on
-top, plus the experts' and classes' names and the input (or its keyed hash).
-``GET /weights`` rebuilds its JSON, and its aggregates, from these.
-
-One table, three indexes, appended in time order (generated request ids are time-ordered
-too): a group commit touches a handful of pages whatever its size. Two small tables beside
-it hold sums derived from it for the aggregates (:mod:`app.audit.rollup`).
+``iabma_audit_log`` holds one row per answered request, the answer as compact arrays; two
+small tables beside it hold the sums of :mod:`app.audit.rollup`.
 """
 
 from __future__ import annotations

@@ -1,30 +1,8 @@
-"""Group commit on a writer thread: requests queue their record and wait for its commit.
+"""Group commit on a writer thread: requests queue their record and await its commit.
 
-Each request puts ``(record, future)`` on a thread-safe queue and awaits the future. The
-writer thread takes whatever is queued (up to ``IABMA_AUDIT_BATCH_MAX``), commits it in
-one transaction, and resolves those futures on the event loop. It starts committing the
-first records while the event loop is still answering the others, so commits overlap
-with work instead of following it; under load one fsync serves many requests. A response
-therefore leaves only after its record is durable.
-
-Under load a group also waits, up to ``IABMA_AUDIT_GROUP_WAIT_MS``, for the records of
-requests already being served (``pending``), and commits as soon as they have all queued
-theirs. Each commit costs the database about as much CPU as a dozen records (an fsync and
-a statement), so with two workers, each seeing half the traffic, groups of five records
-spent more of a shared machine on commits than on records. A lone request never waits.
-
-A large request asks to be told when the writer has taken its record (``taken``), and
-only then encodes its answer. Both the writer's row building and the encoding need the
-GIL: a request that encoded first kept the writer waiting for the GIL through the whole
-encoding, and the commit (its fsync included) then ran after it instead of beside it.
-
-If a commit fails, the waiting requests get :class:`~app.errors.AuditUnavailable` (503);
-a watchdog fails any request still waiting after ``IABMA_AUDIT_TIMEOUT_SECONDS``, and the
-writer never writes the records of such requests; a record already inside a commit is the
-writer's to settle (:mod:`app.audit.deadlines`), so that a 503 never leaves a record. Failures
-are logged once per streak with their traceback, then summed up every
-:data:`FAILURE_LOG_EVERY_S`, so an outage does not flood the log. Closing the writer
-flushes the queue first.
+A group holds what is queued (up to ``IABMA_AUDIT_BATCH_MAX``), waits briefly for records
+of requests in flight, and commits in one statement; failures answer 503. Why it works
+this way: docs/design.md, "Audit trail".
 """
 
 from __future__ import annotations

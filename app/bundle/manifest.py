@@ -247,11 +247,6 @@ class Manifest(_Strict):
     def expert_names(self) -> list[str]:
         return [e.name for e in self.experts]
 
-    @property
-    def input_names(self) -> dict[str, str]:
-        """User feature name to graph input name."""
-        return {f.name: f.input for f in self.features}
-
     def feature(self, name: str) -> FeatureSpec:
         for f in self.features:
             if f.name == name:

@@ -243,10 +243,6 @@ class RegressionMixture:
             np.einsum("nm,nkm->nk", self.weights, dens),
         )
 
-    def cdf_many(self, y: np.ndarray) -> np.ndarray:
-        z = (np.asarray(y, dtype=np.float64)[:, :, None] - self.means[:, None, :]) / self.sigmas
-        return np.einsum("nm,nkm->nk", self.weights, normal_cdf(z))
-
     def quantiles(self, qs: Sequence[float], tol: float = 1e-10) -> np.ndarray:
         """(n, k) quantiles of each row's mixture, by Newton's method kept inside a bracket.
 

@@ -1,26 +1,9 @@
-"""The one rule that turns raw cell values into feature values, for training and serving alike.
+"""The one rule that turns raw cell values into feature values, for training and serving.
 
-A CSV cell read by ``iabma train`` and the same value sent as JSON to ``POST /predict`` go
-through these functions, with the settings recorded in the bundle's manifest
-(:class:`~app.bundle.manifest.InputRule`), so a row of the training file always means the
-same thing to the served bundle:
-
-- text is stripped of surrounding whitespace (``strip_whitespace``);
-- text listed in ``na_values`` is a missing value; the default list is pandas'
-  ``read_csv`` one (``""``, ``"NA"``, ``"NaN"``, ``"null"``, ``"N/A"``, ...), so
-  ``"unknown"``, ``"?"`` or ``"none"`` are ordinary categories unless the user lists them;
-  ``na_casefold`` matches the list ignoring case;
-- a numeric feature reads numbers written as text (``"3.5"``, ``" 1e3 "``) when
-  ``numbers_as_text`` is on, with Python's ``float`` on ASCII digits only (``decimal``
-  ``","`` reads ``"3,5"`` for files written with decimal commas); digits grouped in
-  threes by a space, a no-break space or an apostrophe (``"1 234,5"``, ``"1'234.5"``)
-  read as the number they spell, as those marks are never a decimal mark; a point or a
-  comma between groups (``"1.234,5"``, ``"1,234"``) is refused rather than guessed at; a
-  leading minus sign (U+2212, as typeset reports write it) reads as ``-``;
-- a categorical feature takes its known categories as text; a number matches the category
-  with the same text (``3`` for ``"3"``), or else the one category with the same value
-  (``1.5`` for ``"1.50"``); columns capped at training time send every other value to the
-  ``__other__`` bucket.
+A CSV cell read by ``iabma train`` and the same value sent as JSON go through these
+functions, with the settings the manifest records (:class:`~app.bundle.manifest.InputRule`):
+whitespace, missing-value strings, numbers written as text, categories. The rules in
+full: docs/design.md, "Bundle normalisation".
 """
 
 from __future__ import annotations

@@ -1,13 +1,6 @@
-"""More rows than one request takes: split into batches, answers joined back in row order.
-
-The service refuses more than ``IABMA_MAX_BATCH_ROWS`` rows (1000 unless set) in one body,
-so ``predict`` and ``predict_frame`` send ``batch_rows`` rows per request, one after
-another. Each batch
-is its own audited request: a given ``request_id`` becomes ``<id>.<k>`` for batch ``k``
-(counted from 0) when there are several, and the joined answer lists them all. An error in
-a later batch names the row in the whole frame (``instances[2517].age``), not in its
-batch; the batches before it were answered, and audited, already.
-"""
+"""More rows than one request takes: split into batches of ``batch_rows``, answers joined
+back in row order. Each batch is its own audited request (``<id>.<k>``), and an error
+names the row in the whole frame (``instances[2517].age``)."""
 
 from __future__ import annotations
 
@@ -21,7 +14,7 @@ from app.client.errors import ClientError, FieldError, InvalidResponse
 from app.client.results import PredictResult
 
 DEFAULT_BATCH_ROWS = 1000  # the service's default IABMA_MAX_BATCH_ROWS
-# The service's rule for X-Request-ID (app.observe.REQUEST_ID).
+# The service's rule for X-Request-ID (app.core.context.REQUEST_ID).
 REQUEST_ID = re.compile(r"^[A-Za-z0-9._:/+=-]{1,128}$")
 _INSTANCE = re.compile(r"^instances\[(\d+)\]")
 # The fields that hold one entry per row.

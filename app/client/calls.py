@@ -20,9 +20,9 @@ from typing import Any, TypeVar
 
 from app.client import results
 from app.client.core import Call
+from app.contract.request import PARTS
 
 T = TypeVar("T")
-PARTS = ("prediction", "weights", "experts", "uncertainty")
 
 
 def new_request_id() -> str:

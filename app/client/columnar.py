@@ -16,8 +16,6 @@ from typing import Any
 
 from app.client.results import Label
 
-UNCERTAINTY = ("total", "aleatoric", "epistemic", "selection")
-
 
 @dataclass(frozen=True)
 class ColumnarResult:

@@ -1,16 +1,6 @@
-"""What the sync and async clients share: the retry plan and the reading of answers.
-
-A call is described once (:class:`Call`) and run by :func:`plan`, a generator that yields
-what to do next (send the call, or sleep) and is sent back what happened (a response, or
-the transport error). The two clients only drive it: ``Client`` with blocking I/O,
-``AsyncClient`` with awaits. So retry policy, errors and parsing exist exactly once.
-
-Retries: 502, 503 and 504 answers, refused or reset connections and timeouts are retried
-with exponential backoff and jitter, honouring ``Retry-After``; any other status is
-final. Only idempotent calls are retried, and ``POST /predict``, which is pure: every
-attempt carries the same ``X-Request-ID``, so an answer lost on the way back shows up in
-the audit trail under that id (possibly twice) rather than under an unknown one.
-"""
+"""What the sync and async clients share: a call described once, and the plan that runs
+it (retries with backoff, ``Retry-After``, one ``X-Request-ID`` per call) and reads the
+answer. Why retries are safe: docs/design.md, "The Python client"."""
 
 from __future__ import annotations
 

@@ -1,14 +1,8 @@
 """``POST /predict``: the body to an inference request, the answer back to JSON bytes.
 
-The body is ``{"instances": [...]}`` plus two options for batch clients:
-
-- ``"format"``: ``"rows"`` (the default: one object per instance) or ``"columnar"`` (one
-  array per field, in instance order);
-- ``"include"``: which parts to return, among ``prediction``, ``weights``, ``experts`` and
-  ``uncertainty`` (all by default); leaving out ``experts`` shrinks a large answer most.
-
-Answers are built from the prediction's arrays without a Python loop over cells: numbers
-are formatted by orjson in one call and spliced into a per-bundle template.
+The body's fields, options and defaults are the contract's
+(:class:`app.contract.request.PredictRequest`); each fault names its field. Answers are
+built from the prediction's arrays without a Python loop over cells (:mod:`.rows`).
 """
 
 from __future__ import annotations
@@ -21,14 +15,13 @@ import orjson
 
 from app.bundle.mixture import INTERVAL
 from app.codecs.rows import RowTemplate, row_template
+from app.contract.answers import UNCERTAINTY
+from app.contract.request import BODY_KEYS, DEFAULTS, FORMATS, PARTS
+from app.core.inputs import json_type
+from app.core.plane import InferenceRequest, InferenceResult
+from app.core.runtime import LoadedModel
 from app.errors import Fault, InvalidInput, TooManyRows
-from app.inputs import json_type
-from app.plane import UNCERTAINTY, InferenceRequest, InferenceResult
-from app.runtime import LoadedModel
 
-FORMATS = ("rows", "columnar")
-PARTS = ("prediction", "weights", "experts", "uncertainty")
-BODY_KEYS = ("instances", "format", "include")
 NUMPY = orjson.OPT_SERIALIZE_NUMPY
 
 
@@ -47,7 +40,7 @@ def _bad(field: str, code: str, message: str) -> InvalidInput:
 
 
 def options(body: dict[str, Any]) -> Options:
-    fmt = body.get("format", "rows")
+    fmt = body.get("format", DEFAULTS["format"])
     if fmt not in FORMATS:
         raise _bad("format", "invalid_value", f"expected one of {', '.join(FORMATS)}, got "
                    f"{json_type(fmt)}")  # fmt: skip

@@ -1,17 +1,8 @@
-"""Open Inference Protocol (KServe v2) tensors to columns, model metadata, and which outputs
-a request asks for; :mod:`app.codecs.oip_answer` turns an outcome into output tensors.
+"""Open Inference Protocol (KServe v2) tensors to columns, model metadata, and the outputs
+a request asks for; :mod:`app.codecs.oip_answer` writes the output tensors.
 
-Inputs are one tensor per feature, shape ``[n]`` or ``[n, 1]``: a numeric datatype (FP32,
-FP64, INT*, UINT*) for numeric features and ``BYTES`` for categorical ones; ``null`` in
-``data`` is a missing value. Outputs: ``prediction`` (labels, or the mean),
-``probabilities`` ``[n, C]`` or ``std`` ``[n]`` and ``interval`` ``[n, 2]``, ``weights``
-``[n, m]`` and ``uncertainty`` ``[n, 4]``; their ``parameters`` name the classes, experts
-and uncertainty components.
-
-Tensor data may also come as raw bytes (:class:`app.codecs.tensors.Raw`): the binary tensor
-data extension on REST (:mod:`app.codecs.oip_binary`) and ``raw_input_contents`` on gRPC put
-it there, and it is validated exactly as JSON data is. A missing value in a raw floating
-point tensor is NaN.
+One input tensor per feature, ``[n]`` or ``[n, 1]``, numeric or ``BYTES``; ``null`` (or NaN
+in raw bytes) is a missing value. JSON and raw tensor data are validated alike.
 """
 
 from __future__ import annotations
@@ -23,10 +14,11 @@ from typing import Any
 import numpy as np
 
 from app.codecs.tensors import Raw, byte_elements, check_declared, numeric_array, texts
+from app.contract.answers import UNCERTAINTY
+from app.core.inputs import json_type
+from app.core.plane import InferenceRequest
+from app.core.runtime import LoadedModel, ModelRuntime
 from app.errors import Fault, InvalidInput, NotFound, TooManyRows
-from app.inputs import json_type
-from app.plane import UNCERTAINTY, InferenceRequest
-from app.runtime import LoadedModel, ModelRuntime
 
 NUMERIC_TYPES = frozenset(
     {

@@ -14,7 +14,8 @@ import orjson
 from app.bundle.mixture import INTERVAL
 from app.codecs.oip import Requested, output_names, prediction_type
 from app.codecs.tensors import to_raw
-from app.plane import UNCERTAINTY, InferenceResult
+from app.contract.answers import UNCERTAINTY
+from app.core.plane import InferenceResult
 
 
 def _tensor(name: str, datatype: str, arr: Any, shape: list[int], **params: Any) -> dict[str, Any]:

@@ -12,8 +12,8 @@ from __future__ import annotations
 from typing import Any
 
 from app.codecs.tensors import Raw, bad
+from app.core.inputs import json_type
 from app.errors import InvalidHeader
-from app.inputs import json_type
 
 HEADER = "inference-header-content-length"
 HEADER_FIELD = "header Inference-Header-Content-Length"

@@ -1,11 +1,6 @@
-"""The per-instance JSON answer, rendered from arrays with one template per bundle.
-
-A row of the answer always has the same shape for a given bundle and ``include``: fixed
-text (keys, expert names, class names, constants) between numbers and labels. The
-template holds that text once; :meth:`RowTemplate.render` formats every number of the
-batch in a single orjson call and interleaves, so building a 1000-row answer costs
-array operations, not a million small Python objects.
-"""
+"""The per-instance JSON answer, rendered from arrays with one template per bundle and
+``include``: the fixed text once, every number of a batch in one orjson call
+(docs/design.md, "Writing an answer")."""
 
 from __future__ import annotations
 
@@ -17,11 +12,12 @@ import numpy as np
 import orjson
 
 from app.bundle.mixture import INTERVAL
+from app.contract.answers import UNCERTAINTY
+from app.contract.request import PARTS
 
 if TYPE_CHECKING:
-    from app.runtime import LoadedModel
+    from app.core.runtime import LoadedModel
 
-UNCERTAINTY = ("total", "aleatoric", "epistemic", "selection")
 NUMBER, LABEL = -1, -2  # slot kinds; an expert's label slot holds the expert's index
 _NUMPY = orjson.OPT_SERIALIZE_NUMPY
 
@@ -96,7 +92,7 @@ def row_template(model: LoadedModel, include: Sequence[str]) -> RowTemplate:
     """The template of one answer row for ``model`` with the parts in ``include``."""
     b = _Builder()
     classification = model.task == "classification"
-    parts = [p for p in ("prediction", "weights", "experts", "uncertainty") if p in include]
+    parts = [p for p in PARTS if p in include]
     b.text(b"{")
     for i, part in enumerate(parts):
         b.text((b"," if i else b"") + _json(part) + b":")

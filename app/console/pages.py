@@ -1,11 +1,5 @@
-"""The console's Jinja2 templates and static files, and its session cookie.
-
-Every asset ships inside the package and is served by the app (no CDN, no build step), so
-the console works offline. The auditor's key reaches the console either as a header (as on
-``GET /weights``) or, from a browser, through the login form, which keeps it in an
-HttpOnly, SameSite=Strict cookie scoped to ``/audit``: no script can read it, no other site
-can send it, and it never appears in a URL.
-"""
+"""The console's Jinja2 templates and static files, all shipped in the package, and its
+HttpOnly session cookie for the auditor's key (docs/design.md, "The console")."""
 
 from __future__ import annotations
 
@@ -17,7 +11,7 @@ from urllib.parse import quote
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 from starlette.responses import HTMLResponse, Response
 
-from app.access import CONSOLE_COOKIE as COOKIE
+from app.core.access import CONSOLE_COOKIE as COOKIE
 from app.errors import ServingError, Unauthorized, status_of
 
 HERE = Path(__file__).parent

@@ -1,11 +1,7 @@
 """Probing the gate from the console: one input, or one feature swept over its range.
 
-A probe runs the served graph on an input the auditor typed in and shows the gate's
-weights, each expert's prediction and the mixture. It is logged as a probe (logger
-``iabma.console``) and is never written to the audit trail: the trail records what was
-served to clients, and a probe served no one. Inputs are read exactly as ``GET /weights``
-reads feature values in its query (an empty value is missing), so a probe and
-``/weights?<features>`` give the same weights.
+A probe reads its input as ``GET /weights`` reads features, runs the served graph, and is
+logged (``iabma.console``), never audited: it served no client.
 """
 
 from __future__ import annotations
@@ -17,10 +13,10 @@ from typing import Any
 import numpy as np
 
 from app.audit.records import UNCERTAINTY
+from app.core.inputs import query_row
+from app.core.plane import check_finite
+from app.core.runtime import LoadedModel
 from app.errors import Fault, InvalidInput
-from app.inputs import query_row
-from app.plane import check_finite
-from app.runtime import LoadedModel
 
 log = logging.getLogger("iabma.console")
 FIELD_PREFIX = "f:"  # form field of a feature: feature names may be any text

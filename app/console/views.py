@@ -14,10 +14,10 @@ from typing import Any
 from app.audit.store import RecordFilter, decode_cursor
 from app.console import charts, queries
 from app.console.versions import stored_versions
+from app.core.runtime import LoadedModel
+from app.core.service import Service
+from app.core.weights import parse_time_us
 from app.errors import Fault, InvalidInput
-from app.runtime import LoadedModel
-from app.service import Service
-from app.weights import parse_time_us
 
 PAGE_SIZE = 50
 FILTERS = ("since", "until", "expert", "version")

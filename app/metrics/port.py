@@ -1,11 +1,5 @@
 """``IABMA_METRICS_PORT``: the metrics on a port of their own, away from the data routes.
-
-Any worker's scrape shows every worker's values (:mod:`app.metrics.store`), so one
-listener per server is enough: each worker tries to bind the port and the first one
-wins. When that worker exits, the worker uvicorn starts in its place binds it again.
-The listener is prometheus_client's threaded WSGI server; it reads the shared files and
-never touches this worker's buffers, which the flusher moves every second.
-"""
+The first worker to bind it serves every worker's values from the shared files."""
 
 from __future__ import annotations
 

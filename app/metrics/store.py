@@ -1,13 +1,6 @@
-"""Where this server's metric values live: prometheus_client's multiprocess directory.
-
-Every uvicorn worker writes its values to memory-mapped files in one directory, and a
-scrape of any worker adds up the files of all of them, so ``/metrics`` shows the same
-totals whichever worker answers. The directory is ``PROMETHEUS_MULTIPROC_DIR`` when set
-(Kubernetes gives it an emptyDir); otherwise one is made per server under the temporary
-directory, named after the process that owns the workers (the uvicorn supervisor under
-``--workers``, else this process) and that process's start time, so a recycled pid never
-inherits an old server's counters.
-"""
+"""Where this server's metric values live: prometheus_client's multiprocess directory,
+``PROMETHEUS_MULTIPROC_DIR`` or one made per server, shared by its workers so that any
+worker's scrape shows every worker's totals (docs/design.md, "Metrics")."""
 
 from __future__ import annotations
 

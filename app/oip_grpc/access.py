@@ -14,7 +14,7 @@ from typing import Any
 
 import grpc
 
-from app.access import KeyRing, Role, presented_key
+from app.core.access import KeyRing, Role, presented_key
 from app.errors import Forbidden, Unauthorized, grpc_code
 
 _SERVICE = "/inference.GRPCInferenceService/"

@@ -15,9 +15,9 @@ import orjson
 
 from app.codecs import oip, oip_answer
 from app.codecs.tensors import Raw, bad, texts, to_raw
+from app.core.plane import InferenceResult
+from app.core.runtime import LoadedModel
 from app.oip_grpc.stubs import pb
-from app.plane import InferenceResult
-from app.runtime import LoadedModel
 
 # Which typed contents field holds each datatype, and as what numpy type.
 CONTENTS: dict[str, tuple[str, Any]] = {

@@ -1,7 +1,7 @@
 """Starting and stopping the gRPC server on the app's own event loop.
 
 The lifespan starts it once the bundle and the audit trail are open, and stops it before
-the trail is flushed and closed. Draining (app/drain.py) needs nothing of its own here:
+the trail is flushed and closed. Draining (:mod:`app.core.drain`) needs nothing of its own here:
 ``ServerReady``, ``ModelReady`` and the health service read the same ``draining`` flag as
 ``/readyz``, and the stop at shutdown lets calls in flight finish for
 ``IABMA_GRPC_GRACE_SECONDS`` before the audit trail closes, so their records are kept.
@@ -13,12 +13,12 @@ import logging
 
 import grpc
 
-from app.access import KeyRing, Role
+from app.core.access import KeyRing, Role
+from app.core.service import Service
 from app.errors import StartupRefused
 from app.oip_grpc.access import KeyInterceptor
 from app.oip_grpc.servicer import HealthServicer, InferenceServicer
 from app.oip_grpc.stubs import health_pb2_grpc, pb_grpc
-from app.service import Service
 
 log = logging.getLogger("iabma.grpc")
 # Headroom over the body limit for the message's own framing (names, shapes, parameters).

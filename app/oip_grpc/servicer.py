@@ -1,4 +1,4 @@
-"""The gRPC methods: thin adapters over :class:`app.service.Service`, like the REST routes.
+"""The gRPC methods: thin adapters over :class:`app.core.service.Service`, like the REST routes.
 
 A domain error becomes a gRPC status through ``errors.GRPC_CODES`` (a bad request is
 ``INVALID_ARGUMENT``) with the message REST would put in ``{"error": ...}``; anything
@@ -17,12 +17,11 @@ from typing import Any
 import grpc
 
 from app.codecs import oip
-from app.context import RequestContext
+from app.core.context import REQUEST_ID, RequestContext, new_request_id
+from app.core.service import Service
 from app.errors import ServingError, as_serving_error, grpc_code, oip_body
-from app.observe import REQUEST_ID, new_request_id
 from app.oip_grpc import codec
 from app.oip_grpc.stubs import health_pb2, health_pb2_grpc, pb, pb_grpc
-from app.service import Service
 
 log = logging.getLogger("iabma.grpc")
 SERVICE_NAME = "inference.GRPCInferenceService"

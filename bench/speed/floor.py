@@ -51,7 +51,7 @@ def in_process_floor(
     """
     from app.bundle.loader import open_bundle, resolve_version
     from app.bundle.predictor import BundlePredictor
-    from app.inputs import FeatureTable
+    from app.core.inputs import FeatureTable
 
     bundle = open_bundle(resolve_version(store, name), intra_op_threads=1)
     predictor = BundlePredictor(bundle)

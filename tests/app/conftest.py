@@ -12,8 +12,9 @@ import shutil
 from pathlib import Path
 
 import pytest
-from app_support import Bundles, Trained
-from audit_support import Trail
+
+from tests.support.bundles import Bundles, Trained
+from tests.support.trail import Trail
 
 
 @pytest.fixture(scope="session")

@@ -8,8 +8,8 @@ import json
 import subprocess
 from pathlib import Path
 
-from app_harness import PYTHON, ROOT
-from app_support import Bundles
+from tests.support.bundles import Bundles
+from tests.support.harness import PYTHON, ROOT
 
 FORBIDDEN = {"torch", "training", "sklearn", "joblib", "pickle", "cloudpickle"}
 

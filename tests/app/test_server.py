@@ -9,8 +9,9 @@ import subprocess
 from pathlib import Path
 
 import httpx
-from app_harness import PYTHON, ROOT, UvicornProcess
-from app_support import TEST_HASH_KEY, Bundles, audited, pg_count
+
+from tests.support.bundles import TEST_HASH_KEY, Bundles, audited, pg_count
+from tests.support.harness import PYTHON, ROOT, UvicornProcess
 
 N = 40
 

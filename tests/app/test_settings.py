@@ -6,13 +6,13 @@ import os
 from pathlib import Path
 
 import pytest
-from app_harness import AsgiHarness, UvicornProcess
-from app_support import Bundles, make_settings
 
 from app.bundle.loader import BundleError
 from app.main import create_app
 from app.server import serve
 from app.settings import Settings, SettingsError, load_settings
+from tests.support.bundles import Bundles, make_settings
+from tests.support.harness import AsgiHarness, UvicornProcess
 
 
 @pytest.fixture(autouse=True)

@@ -7,7 +7,8 @@ import shutil
 from pathlib import Path
 
 import pytest
-from bench_support import run_bench
+
+from tests.support.bench import run_bench
 
 
 @pytest.mark.slow

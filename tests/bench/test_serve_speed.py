@@ -13,7 +13,8 @@ import socket
 from pathlib import Path
 
 import pytest
-from bench_support import run_bench
+
+from tests.support.bench import run_bench
 
 KEYS = {
     "benchmark",

@@ -9,7 +9,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from deploy_support import DOCKERFILE, REPO, Processes, Stage, parse_dockerfile
+
+from tests.support.deploy import DOCKERFILE, REPO, Processes, Stage, parse_dockerfile
 
 
 @pytest.fixture(scope="session")

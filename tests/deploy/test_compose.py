@@ -11,18 +11,18 @@ from typing import Any
 
 import pytest
 import yaml
-from deploy_support import (
+
+from app.settings import Settings, load_settings
+from tests.support.deploy import (
     COMPOSE_FILE,
     NGINX_TEMPLATE,
     REPO,
     Stage,
     clean_env,
     exec_form,
-    require_tool,
     template_variables,
 )
-
-from app.settings import Settings, load_settings
+from tests.support.services import require_tool
 
 APPS = ("app1", "app2")
 

@@ -10,7 +10,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from deploy_support import (
+
+from tests.support.deploy import (
     REPO,
     DockerIgnore,
     copy_instruction,

@@ -9,7 +9,7 @@ import shlex
 import subprocess
 from pathlib import Path
 
-from deploy_support import (
+from tests.support.deploy import (
     DOCKERFILE,
     DOCKERIGNORE,
     REPO,
@@ -17,8 +17,8 @@ from deploy_support import (
     Stage,
     exec_form,
     healthcheck,
-    require_tool,
 )
+from tests.support.services import require_tool
 
 EXPECTED_CMD_START = ["python", "-m", "app.server"]
 
@@ -147,6 +147,8 @@ def test_dockerignore_keeps_state_out_and_sources_in(dockerfile: list[Stage]) ->
         if not w.startswith("--")
     ]
     assert copied, "the builder copies nothing"
+    assert not any(src.rstrip("/") == "training" for src in copied), "the image copies training/"
+    assert ignore.excluded("training/cli.py"), "training/ would be sent to the Docker daemon"
     for src in copied:
         assert not ignore.excluded(src), f"COPY {src}, but .dockerignore excludes it"
         root = REPO / src

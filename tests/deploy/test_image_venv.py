@@ -1,6 +1,7 @@
 """What the image runs, without Docker: the builder stage's COPY and RUN steps are replayed
 into a scratch "root filesystem" (a fresh venv, `pip install '.[serve]'` from a copy of
-the build context), then the runtime stage's CMD and HEALTHCHECK run against a real bundle.
+the build context), then the runtime stage's CMD and HEALTHCHECK, and the serving
+``iabma`` commands, run against a real bundle with ``training`` absent.
 
 The pip install takes about 30 s with a warm pip cache, so it happens once per session.
 """
@@ -20,7 +21,8 @@ from pathlib import Path
 
 import httpx
 import pytest
-from deploy_support import (
+
+from tests.support.deploy import (
     DOCKERIGNORE,
     DockerIgnore,
     Processes,
@@ -31,8 +33,9 @@ from deploy_support import (
     healthcheck,
     uvicorn_command,
     wait_until_ready,
+    writable_store,
 )
-from support import free_port
+from tests.support.services import free_port
 
 INSTANCE = {"x1": 0.1, "x2": -0.3}
 
@@ -126,9 +129,9 @@ def test_venv_has_the_serving_stack_and_no_training_stack(
     probe = (
         "import importlib.util as u, json\n"
         "names = ['torch', 'sklearn', 'scipy', 'pandas', 'xgboost', 'onnx', "
-        "'onnxruntime', 'fastapi', 'uvicorn', 'sqlalchemy', 'psycopg', 'app']\n"
+        "'onnxruntime', 'fastapi', 'uvicorn', 'sqlalchemy', 'psycopg', 'app', 'training']\n"
         "found = {n: u.find_spec(n) is not None for n in names}\n"
-        "import app.main, training.cli, sys\n"
+        "import app.main, app.cli.main, sys\n"
         "print(json.dumps({'found': found, 'app': app.main.__file__, "
         "'torch_loaded': 'torch' in sys.modules}))\n"
     )
@@ -142,7 +145,7 @@ def test_venv_has_the_serving_stack_and_no_training_stack(
     assert res.returncode == 0, res.stderr
     report = json.loads(res.stdout)
     found = report["found"]
-    for absent in ("torch", "sklearn", "scipy", "pandas", "xgboost", "onnx"):
+    for absent in ("torch", "sklearn", "scipy", "pandas", "xgboost", "onnx", "training"):
         assert not found[absent], f"{absent} is installed in the serving image"
     for present in ("onnxruntime", "fastapi", "uvicorn", "sqlalchemy", "psycopg", "app"):
         assert found[present], f"{present} is missing from the serving image"
@@ -201,3 +204,70 @@ def test_cmd_and_healthcheck_serve_a_bundle(
     assert server.popen.wait(timeout=30) in (0, -signal.SIGTERM), server.tail()
     assert "Application shutdown complete" in server.tail(), server.tail()
     assert run_check() != 0
+
+
+def run_iabma(
+    image: ImageVenv, stages: list[Stage], *args: str, cwd: Path
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(image.venv / "bin" / "iabma"), *args], cwd=cwd, env=image_env(image, stages),
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+
+
+SERVING = ("serve", "promote", "rollback", "audit-sums")
+TRAINING = ("train", "check", "bench")
+
+
+def test_iabma_runs_the_serving_commands_and_names_what_training_needs(
+    image_venv: ImageVenv, dockerfile: list[Stage], tmp_path: Path
+) -> None:
+    top = run_iabma(image_venv, dockerfile, "--help", cwd=tmp_path)
+    assert top.returncode == 0, top.stderr
+    for command in SERVING + TRAINING:
+        assert command in top.stdout
+    for command in SERVING:
+        res = run_iabma(image_venv, dockerfile, command, "--help", cwd=tmp_path)
+        assert res.returncode == 0 and "usage: iabma " + command in res.stdout, res.stderr
+    for command in TRAINING:
+        res = run_iabma(image_venv, dockerfile, command, "--dataset", "simulation", cwd=tmp_path)
+        assert res.returncode == 2, res.stderr
+        assert f"iabma {command}: error: needs the training side (training/)" in res.stderr
+
+
+def test_iabma_promotes_serves_rolls_back_and_sums_without_training(
+    image_venv: ImageVenv, dockerfile: list[Stage], demo_store: Path, procs: Processes,
+    tmp_path: Path,
+) -> None:  # fmt: skip
+    store, old, new = writable_store(demo_store, tmp_path / "store")
+    promoted = run_iabma(
+        image_venv, dockerfile, "promote", "--store", str(store), "--name", "demo", new,
+        cwd=tmp_path,
+    )  # fmt: skip
+    assert promoted.returncode == 0, promoted.stderr
+    assert promoted.stdout.strip() == f"demo: {old} -> {new}"
+
+    port = free_port()
+    argv = ["serve", "--store", str(store), "--name", "demo", "--port", str(port)]
+    iabma = str(image_venv.venv / "bin" / "iabma")
+    server = procs.start("image-iabma-serve", [iabma, *argv], image_env(image_venv, dockerfile),
+                         cwd=tmp_path)  # fmt: skip
+    ready = wait_until_ready(f"http://127.0.0.1:{port}/readyz", server)
+    assert ready.json()["version"] == new
+    with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=10) as client:
+        r = client.post("/predict", json={"instances": [INSTANCE]})
+        assert r.status_code == 200 and r.json()["version"] == new, r.text
+    procs.signal(server, signal.SIGTERM)
+    assert server.popen.wait(timeout=30) in (0, -signal.SIGTERM), server.tail()
+
+    back = run_iabma(
+        image_venv, dockerfile, "rollback", "--store", str(store), "--name", "demo", cwd=tmp_path
+    )
+    assert back.returncode == 0 and back.stdout.strip() == f"demo: {new} -> {old}", back.stderr
+    trail = f"sqlite:///{tmp_path / 'var' / 'audit.db'}"
+    sums = run_iabma(
+        image_venv, dockerfile, "audit-sums", "--name", "demo", "--audit-url", trail,
+        cwd=tmp_path,
+    )  # fmt: skip
+    assert sums.returncode == 0, sums.stderr
+    assert "demo: 1 records to sum" in sums.stdout or "demo: 0 records to sum" in sums.stdout

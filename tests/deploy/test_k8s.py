@@ -18,8 +18,10 @@ from pathlib import Path
 
 import pytest
 import yaml
-from deploy_support import Stage, clean_env
-from k8s_support import (
+
+from app.settings import ENV_PREFIX, Settings, load_settings
+from tests.support.deploy import Stage, clean_env
+from tests.support.k8s import (
     BASE,
     INFERENCE_SERVICE,
     K8S,
@@ -57,8 +59,6 @@ from k8s_support import (
     volumes,
     writable_dirs,
 )
-
-from app.settings import ENV_PREFIX, Settings, load_settings
 
 # Each secret setting and the Secret key it comes from; base/secrets.example.env, the README
 # and the KServe example use the same keys, so one Secret serves every variant.

@@ -11,8 +11,9 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from deploy_support import clean_env
-from k8s_support import (
+
+from tests.support.deploy import clean_env
+from tests.support.k8s import (
     BASE,
     KUSTOMIZATION_FILE,
     OBJECT_STORAGE,

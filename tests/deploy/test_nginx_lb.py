@@ -19,15 +19,15 @@ from pathlib import Path
 import httpx
 import pytest
 import sqlalchemy
-from deploy_support import (
+
+from tests.support.deploy import (
     NGINX_TEMPLATE,
     Processes,
     Stage,
-    require_tool,
     template_variables,
     wait_until_ready,
 )
-from lb_support import (
+from tests.support.lb import (
     MAX_BODY,
     PREDICT,
     LoadBalancer,
@@ -36,6 +36,7 @@ from lb_support import (
     start_replica,
     upstreams_of,
 )
+from tests.support.services import open_connections, require_tool, wait_for
 
 LUA_SCRIPT = Path(__file__).with_name("predict.lua")
 
@@ -260,7 +261,9 @@ def test_killing_a_replica_keeps_serving(
 
         procs.signal(dead.proc, signal.SIGKILL)
         dead.proc.popen.wait(10)
-        time.sleep(0.2)  # let nginx see its idle connections to the dead replica close
+        # nginx closes its idle connections to the dead replica once it reads their end.
+        dead_port = int(dead.addr.rsplit(":", 1)[1])
+        wait_for(lambda: open_connections(dead_port) == 0, 10, "nginx to close them")
 
         retried = 0
         for i in range(30):

@@ -7,8 +7,6 @@ version that served it.
 
 from __future__ import annotations
 
-import json
-import shutil
 import subprocess
 import sys
 import threading
@@ -19,8 +17,9 @@ from pathlib import Path
 
 import httpx
 import pytest
-from deploy_support import REPO, Processes, Stage
-from lb_support import PREDICT, start_load_balancer, upstreams_of
+
+from tests.support.deploy import REPO, Processes, Stage, writable_store
+from tests.support.lb import PREDICT, start_load_balancer, upstreams_of
 
 INTERVAL = 1.0  # IABMA_RELOAD_INTERVAL_SECONDS for this test
 # Opening and verifying the demo bundle on a thread, on a busy 2-core machine.
@@ -36,25 +35,9 @@ class Answer:
     upstream: str
 
 
-def writable_store(src: Path, dest: Path) -> tuple[Path, str, str]:
-    """A copy of ``src`` with a second version of ``demo``; returns (store, old, new)."""
-    shutil.copytree(src, dest)
-    for p in dest.rglob("*"):
-        p.chmod(0o755 if p.is_dir() else 0o644)
-    root = dest / "demo"
-    old = (root / "LATEST").read_text().strip()
-    new = "v-promoted"
-    shutil.copytree(root / old, root / new)
-    manifest = root / new / "manifest.json"
-    data = json.loads(manifest.read_text())
-    data["version"] = new
-    manifest.write_text(json.dumps(data, indent=2))
-    return dest, old, new
-
-
 def iabma(*args: str) -> str:
     res = subprocess.run(
-        [sys.executable, "-m", "training.cli", *args],
+        [sys.executable, "-m", "app.cli.main", *args],
         cwd=REPO, capture_output=True, text=True, timeout=120, check=False,
     )  # fmt: skip
     assert res.returncode == 0, res.stderr

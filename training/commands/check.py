@@ -60,8 +60,8 @@ class Refusal:
 
 
 def run(args: argparse.Namespace) -> int:
+    from app.core.runtime import LoadedModel
     from app.errors import InvalidInput
-    from app.runtime import LoadedModel
     from app.settings import load_settings
     from training.csvfile import json_rows, read_text_frame
     from training.errors import CsvError, ParameterError
@@ -124,7 +124,7 @@ def replay(
 ) -> tuple[dict[int, Any], list[Refusal]]:
     """Predictions per 0-based row index, and the refused rows with their reasons."""
     from app.codecs import native
-    from app.plane import check_finite
+    from app.core.plane import check_finite
 
     done: dict[int, Any] = {}
     refused: list[Refusal] = []

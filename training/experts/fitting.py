@@ -1,17 +1,6 @@
-"""Fitting the experts and collecting the predictions that give the likelihoods (METHOD §3).
-
-- ``"oof"`` (default): K-fold cross-fitted predictions give L; then every expert is
-  refitted on all the training rows for serving. This is what stacking does.
-
-The fits are independent and run through :func:`training.experts.parallel.run_all`:
-in this process, in ``n_jobs`` local processes, or on a Dask cluster.
-- ``"holdout"``: experts fit on part of the rows; L comes from the rest (the calibration
-  split), and only those rows train the gate.
-- ``"in_sample"``: the paper's literal setting; interpolating learners look perfect.
-
-ONNX-file experts are fixed, so their predictions on the training rows are already
-out-of-sample and are used as they are.
-"""
+"""Fitting the experts and collecting the predictions that give the likelihoods (METHOD §3):
+``oof`` (cross-fitted, the default), ``holdout`` or ``in_sample``; the fits run through
+:func:`training.experts.parallel.run_all` (docs/design.md, "Fitting the experts")."""
 
 from __future__ import annotations
 

@@ -1,14 +1,5 @@
-"""Experts as ONNX graphs: conversion, the graph that predicts, and the parity check.
-
-Every final expert is converted once, right after it is fitted, and from then on the
-estimator predicts through that graph, exactly as the served bundle will: in-memory and
-served numbers are the same by construction, and a converter that cannot be trusted is
-found before the gate is trained, not after. Each conversion is compared with the fitted
-estimator on training rows; converters can be silently wrong (skl2onnx's kNN with
-``weights="distance"``). The one tolerated difference is a nearest-neighbour expert on a
-row whose k-th neighbour is tied with the next (float32 in the graph and float64 in
-scikit-learn pick different, equally valid neighbours); the row must show such a tie.
-"""
+"""Experts as ONNX graphs: conversion, the graph that predicts, and the parity check
+against the fitted estimator (docs/design.md, "Experts as ONNX")."""
 
 from __future__ import annotations
 

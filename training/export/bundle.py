@@ -34,12 +34,12 @@ from app.bundle.manifest import (
     TargetSpec,
     check_safe_name,
 )
+from app.bundle.pointer import fsync_dir, publish_latest
 from training.combiners.iabma_gate import IABMAGate
 from training.errors import ExportError, ParameterError
 from training.estimator import IABMAClassifier, IABMARegressor, as_frame
 from training.export.ensemble import CLASSIFICATION_OUTPUTS, REGRESSION_OUTPUTS, write_ensemble
 from training.export.experts import write_expert
-from training.export.pointer import fsync_dir, publish_latest
 from training.onnx_graph import GraphBuilder
 
 GATE_TOL = 1e-5

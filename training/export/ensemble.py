@@ -1,20 +1,8 @@
 """``ensemble.onnx``: every expert, the gate, the mixture and its uncertainty in one graph.
 
-The served bundle runs this graph once per batch. The experts' graphs are copied in with
-their internal names prefixed (``e<j>_``) and their inputs left as the shared feature
-inputs; the gate is written by the same builder; the mixture is written in float64:
-
-- classification: each expert clipped to ``[eps, 1-eps]`` and renormalised, tempered
-  (``f~_j ∝ f_j ** (1/T)``), mixed with the weights; the uncertainty split is taken on the
-  tempered experts (``total = aleatoric + epistemic`` exactly);
-- regression: experts in standardised units, the mixture mean, the law of total variance
-  (``aleatoric = sum w s_j^2``, ``epistemic = sum w (mu_j - mu)^2`` with ``s_j = T sigma_j``),
-  every output in the target's units. The 90% interval needs a root-finder and is left to
-  the server's numpy (:mod:`app.bundle.mixture`), fed by these outputs.
-
-Outputs: ``weights`` (n, m), ``uncertainty`` (n, 4: total, aleatoric, epistemic, selection),
-and ``probabilities`` (n, C) with ``expert_probabilities`` (n, m, C), or ``mean``, ``std``
-(n,) with ``expert_means`` (n, m).
+Outputs: ``weights`` (n, m), ``uncertainty`` (n, 4), and ``probabilities`` (n, C) with
+``expert_probabilities`` (n, m, C), or ``mean`` and ``std`` (n,) with ``expert_means``
+(n, m). The arithmetic: docs/design.md, "The fused graph".
 """
 
 from __future__ import annotations

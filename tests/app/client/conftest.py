@@ -6,8 +6,9 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from app_harness import UvicornProcess
-from app_support import Bundles
+
+from tests.support.bundles import Bundles
+from tests.support.harness import UvicornProcess
 
 Serve = Callable[..., UvicornProcess]
 

@@ -7,9 +7,9 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 import pytest
-from app_support import Bundles
 
 from app.client import AsyncClient, Client, InvalidInput, NotFound
+from tests.support.bundles import Bundles
 
 if TYPE_CHECKING:
     from conftest import Serve  # the fixture's type; pytest provides the value

@@ -8,7 +8,6 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 import pytest
-from app_support import Bundles, instances
 
 from app.client import (
     AsyncClient,
@@ -19,6 +18,7 @@ from app.client import (
     PredictResult,
 )
 from app.client.columnar import frame_rows
+from tests.support.bundles import Bundles, instances
 
 if TYPE_CHECKING:
     from conftest import Serve  # the fixture's type; pytest provides the value

@@ -10,9 +10,6 @@ from typing import TYPE_CHECKING
 
 import httpx
 import pytest
-from app_harness import free_socket
-from app_support import Bundles
-from upstream import FlakyProxy
 
 from app.client import (
     AsyncClient,
@@ -24,6 +21,9 @@ from app.client import (
     RetryPolicy,
     ServiceUnavailable,
 )
+from tests.support.bundles import Bundles
+from tests.support.harness import free_socket
+from tests.support.upstream import FlakyProxy
 
 if TYPE_CHECKING:
     from conftest import Serve  # the fixture's type; pytest provides the value

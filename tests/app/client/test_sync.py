@@ -8,7 +8,6 @@ from typing import TYPE_CHECKING
 import httpx
 import numpy as np
 import pytest
-from app_support import Bundles
 
 from app.client import (
     AuditRecord,
@@ -22,6 +21,7 @@ from app.client import (
     RecordPage,
     RegressionPrediction,
 )
+from tests.support.bundles import Bundles
 
 if TYPE_CHECKING:
     from conftest import Serve  # the fixture's type; pytest provides the value

@@ -60,11 +60,15 @@ def test_training_rows_leave_themselves_out(classification_case: Case) -> None:
     comb = DLACombiner(k=K, temperature=HARD).fit(case.Z, case.evidence)
     correct = case.evidence.correct
     rows = np.arange(0, case.evidence.n, 7)
+    compared = 0
     for i in rows:
         others = np.delete(np.arange(case.evidence.n), i)
         (idx,) = brute_force_neighbours(case.Z[others], case.Z[i : i + 1], K)
         if idx is not None:
+            compared += 1
             check_hard_selection(comb.train_weights_[i], correct[others[idx]].mean(axis=0))
+    # Rows whose neighbourhood is tied are skipped; most must still be compared.
+    assert compared >= 0.9 * len(rows), (compared, len(rows))
 
 
 def test_scores_are_smoothed_local_accuracy(classification_case: Case) -> None:

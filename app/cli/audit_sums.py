@@ -1,0 +1,82 @@
+"""``iabma audit-sums``: make the audit trail's ten-minute sums before anyone asks for them.
+
+``GET /weights`` and the console's timeline add up stored sums per ten minutes of trail
+(``iabma_audit_buckets``) instead of reading every record. The first read after an
+upgrade, or after the sums were dropped, makes the sums it lacks in one pass over the
+records (about 4 s per million records on two cores) while its caller waits; on a trail
+of tens of millions of records that can outlast a proxy's timeout. Run this beforehand, or
+from cron: it reads ``IABMA_AUDIT_URL`` as the server does, may run beside live servers
+(whichever of them sums a bucket first stores it, once), and shows its progress.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from typing import Any
+
+from app.cli.errors import CommandError, option_fault
+
+
+def add_parser(sub: Any) -> None:
+    p = sub.add_parser(
+        "audit-sums",
+        help="make the audit trail's ten-minute sums ahead of the first GET /weights",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--name", required=True, help="the model whose records to sum")
+    p.add_argument(
+        "--audit-url", default=None, help="the trail's SQLAlchemy URL (default IABMA_AUDIT_URL)"
+    )
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from sqlalchemy import func, inspect, select
+
+    from app.audit import rollup
+    from app.audit.records import iso_from_us, now_us
+    from app.audit.store import AuditStore
+    from app.audit.tables import records
+    from app.settings import SettingsError, load_settings
+
+    try:
+        settings = load_settings(**({"audit_url": args.audit_url} if args.audit_url else {}))
+    except SettingsError as exc:
+        shown = args.audit_url or "IABMA_AUDIT_URL"
+        raise CommandError(option_fault("--audit-url", shown, str(exc))) from None
+    store = AuditStore(settings.audit_url, settings.audit_timeout_seconds)
+    try:
+        if not inspect(store.engine).has_table(records.name):
+            raise CommandError(option_fault("--audit-url", _shown(store), "holds no audit trail"))
+        # Sealed buckets only, as a read would: records may still land in the others.
+        cut = rollup.floor_bucket(now_us() - rollup.SEAL_US)
+        start = rollup.summed_through(store.engine, args.name) or 0
+        query = select(func.count()).where(
+            records.c.model == args.name, records.c.created_us >= start, records.c.created_us < cut
+        )
+        with store.engine.connect() as conn:
+            total = int(conn.execute(query).scalar_one())
+        print(f"{args.name}: {total:,} records to sum, up to {iso_from_us(cut)}")
+        began = time.perf_counter()
+
+        def progress(done: int) -> None:
+            share = done / total if total else 1.0
+            bar = "#" * int(30 * share)
+            print(f"\r[{bar:<30}] {done:,} of {total:,} records", end="", file=sys.stderr)
+
+        through = rollup.sum_sealed(store.engine, args.name, cut, progress if total else None)
+        if total >= 50_000:
+            print(file=sys.stderr)
+        took = time.perf_counter() - began
+        before = iso_from_us(through)
+        print(f"{args.name}: every sealed bucket before {before} is summed ({took:.1f} s)")
+    finally:
+        store.close()
+    return 0
+
+
+def _shown(store: Any) -> str:
+    return str(store.engine.url.render_as_string(hide_password=True))

@@ -1,0 +1,171 @@
+"""JSON Schemas (OpenAPI 3.1) generated from the contract's dataclasses.
+
+Given a :class:`Vocabulary` (one bundle's name, task, experts and classes), the schemas
+name experts and classes as properties and enums, fix the constants, and keep only the
+prediction types of the bundle's task; without one they stay generic.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from functools import cache
+from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
+
+Schema = dict[str, Any]
+NULL: Schema = {"type": "null"}
+_SCALARS: dict[Any, Schema] = {
+    float: {"type": "number"},
+    int: {"type": "integer"},
+    str: {"type": "string"},
+    bool: {"type": "boolean"},
+    datetime: {"type": "string", "format": "date-time"},
+    Any: {},
+}
+
+
+def ref(name: str) -> Schema:
+    return {"$ref": f"#/components/schemas/{name}"}
+
+
+@dataclass(frozen=True)
+class Vocabulary:
+    """What one bundle fixes in its answers."""
+
+    name: str
+    task: str
+    experts: tuple[str, ...]
+    classes: tuple[Any, ...]  # the labels as sent (numbers stay numbers)
+    class_keys: tuple[str, ...]  # the labels as text: the probabilities' keys
+    interval: float
+    max_rows: int
+
+    def keys(self, which: str) -> tuple[str, ...]:
+        return self.experts if which == "experts" else self.class_keys
+
+    def values(self, which: str) -> list[Any]:
+        return list(self.experts if which == "experts" else self.classes)
+
+    def const(self, which: str) -> Any:
+        return {"name": self.name, "task": self.task, "interval": self.interval}[which]
+
+
+@cache
+def _hints(cls: type) -> dict[str, Any]:
+    return get_type_hints(cls)
+
+
+def hints(cls: type) -> dict[str, Any]:
+    """The type hints of a dataclass's fields, resolved once per class."""
+    return _hints(cls)
+
+
+def wire_fields(cls: type) -> list[dataclasses.Field[Any]]:
+    return [f for f in dataclasses.fields(cls) if f.metadata.get("wire", True)]
+
+
+def wire_name(f: dataclasses.Field[Any]) -> str:
+    names = f.metadata.get("json", f.name)
+    return names if isinstance(names, str) else names[0]
+
+
+class Components:
+    """Collects one component per dataclass reached, each under its class name."""
+
+    def __init__(self, vocabulary: Vocabulary | None) -> None:
+        self.vocabulary = vocabulary
+        self.schemas: dict[str, Schema] = {}
+
+    def of(self, cls: type) -> Schema:
+        """A reference to ``cls``'s component, made on first use."""
+        name = cls.__name__
+        if name not in self.schemas:
+            self.schemas[name] = {}  # a placeholder while the fields are made
+            self.schemas[name] = self._object(cls)
+        return ref(name)
+
+    def _object(self, cls: type) -> Schema:
+        props: dict[str, Schema] = {}
+        required: list[str] = []
+        for f in wire_fields(cls):
+            name = wire_name(f)
+            props[name] = self.field(f, hints(cls)[f.name])
+            if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+                required.append(name)
+        out: Schema = {"type": "object", "properties": props, "additionalProperties": False}
+        if required:
+            out["required"] = required
+        if any(f.metadata.get("omit") for f in wire_fields(cls)):
+            out["minProperties"] = 1
+        if cls.__doc__ and not cls.__doc__.startswith(cls.__name__ + "("):
+            out["description"] = " ".join(cls.__doc__.split())
+        return out
+
+    def field(self, f: dataclasses.Field[Any], hint: Any) -> Schema:
+        meta, v = f.metadata, self.vocabulary
+        if meta.get("omit"):
+            hint = _without_none(hint)
+        if v is not None and "const" in meta:
+            out: Schema = {"const": v.const(meta["const"])}
+        elif v is not None and "enum" in meta:
+            out = {"enum": v.values(meta["enum"])}
+        else:
+            out = self.type(hint, meta)
+        if "doc" in meta:
+            out = {**out, "description": meta["doc"]}
+        if f.default is not dataclasses.MISSING and f.default is not None:
+            default = f.default
+            out["default"] = list(default) if isinstance(default, tuple) else default
+        return out
+
+    def type(self, hint: Any, meta: Mapping[str, Any]) -> Schema:
+        origin, args = get_origin(hint), get_args(hint)
+        if origin in (Union, types.UnionType):
+            options = [a for a in args if a is not type(None)]
+            picked = self._for_task(options)
+            inner = (
+                self.type(picked[0], meta)
+                if len(picked) == 1
+                else {"anyOf": [self.type(a, meta) for a in picked]}
+            )
+            return {"anyOf": [inner, NULL]} if type(None) in args else inner
+        if origin is Literal:
+            return {"enum": list(args)}
+        if origin is tuple:
+            out: Schema = {"type": "array", "items": self.type(args[0], {})}
+            if "items" in meta and self.vocabulary is not None:
+                out["items"] = ref(meta["items"])  # the bundle's own, made beside these
+            if "min_items" in meta:
+                out["minItems"] = meta["min_items"]
+            if "max_items" in meta and self.vocabulary is not None:
+                out["maxItems"] = getattr(self.vocabulary, meta["max_items"])
+            if meta.get("unique"):
+                out["uniqueItems"] = True
+            return out
+        if origin is not None and issubclass(origin, Mapping):
+            value = self.type(args[1], {})
+            if self.vocabulary is not None and "keys" in meta:
+                keys = self.vocabulary.keys(meta["keys"])
+                return {"type": "object", "properties": {k: value for k in keys},
+                        "required": list(keys), "additionalProperties": False}  # fmt: skip
+            return {"type": "object"} if value == {} else {
+                "type": "object", "additionalProperties": value
+            }  # fmt: skip
+        if dataclasses.is_dataclass(hint):
+            return self.of(hint)  # type: ignore[arg-type]
+        return dict(_SCALARS[hint])
+
+    def _for_task(self, options: list[Any]) -> list[Any]:
+        """The dataclasses of the bundle's task among ``options`` (all without a bundle)."""
+        v = self.vocabulary
+        if v is None or not all(dataclasses.is_dataclass(o) for o in options):
+            return options
+        return [o for o in options if getattr(o, "task", v.task) == v.task] or options
+
+
+def _without_none(hint: Any) -> Any:
+    args = [a for a in get_args(hint) if a is not type(None)]
+    return args[0] if len(args) == 1 else Union[tuple(args)]  # noqa: UP007

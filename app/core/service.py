@@ -1,0 +1,339 @@
+"""The logic layer behind the routes: predict, audit, reload, and the service's lifecycle.
+
+Routes hand raw JSON and headers to :class:`Service` and get plain data back; all HTTP
+status decisions come from :data:`app.errors.STATUS`. A prediction's response body is
+serialised before its audit record is committed, so nothing can fail after the commit:
+every 2xx has a record, and a failed request has none.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import logging
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
+
+import numpy as np
+from sqlalchemy.exc import SQLAlchemyError
+
+from app.audit.hashkey import audit_hash_key
+from app.audit.records import AuditRecord, now_us
+from app.audit.store import AuditStore
+from app.audit.tables import SqliteInUse
+from app.audit.writer import AuditWriter
+from app.bundle.loader import BundleError
+from app.bundle.predictor import Prediction
+from app.core.batching import Batcher
+from app.core.context import RequestContext
+from app.core.follow import LatestFollower
+from app.core.plane import InferenceRequest, InferenceResult, check_finite
+from app.core.runtime import LoadedModel, ModelRuntime
+from app.core.tracing import Tracing
+from app.errors import (
+    AdminDisabled,
+    AuditDisabled,
+    AuditUnavailable,
+    NotReady,
+    ReloadFailed,
+    StartupRefused,
+    Unauthorized,
+)
+from app.metrics import ServiceMetrics
+from app.metrics.port import MetricsPort
+from app.settings import Settings
+
+log = logging.getLogger("iabma.service")
+Encoded = TypeVar("Encoded")  # a codec's answer: bytes for REST, a message for gRPC
+# Up to this many rows onnxruntime and the mixture take well under a millisecond, which is
+# cheaper inline on the event loop than a hop to a worker thread (measured).
+INLINE_ROWS = 64
+# A larger request also runs inline when no other request is being served and its graph
+# should take at most this long: the hop to the graph thread and back costs about 0.25 ms
+# here, and a request arriving meanwhile waits no longer than this for the loop.
+ALONE_SECONDS = 0.002
+ROW_SECONDS = "graph_seconds_per_row"  # the key of a model's running estimate in its cache
+
+
+def runs_alone_inline(n: int, in_flight: int, seconds_per_row: float | None) -> bool:
+    """Whether a request of ``n`` rows, above :data:`INLINE_ROWS`, runs on the event loop.
+
+    Only when it is the one request in flight and the model's graph time is known (from
+    its earlier large requests) and short enough; a model whose graph is slow per row (a
+    kNN expert over its training set) keeps every large request off the loop.
+    """
+    if in_flight != 1 or seconds_per_row is None:
+        return False
+    return n * seconds_per_row <= ALONE_SECONDS
+
+
+class Service:
+    def __init__(self, settings: Settings, tracing: Tracing | None = None) -> None:
+        self.settings = settings
+        self.tracing = tracing if tracing is not None else Tracing(None)
+        self.runtime = ModelRuntime(settings)
+        self.metrics = ServiceMetrics()
+        self.store: AuditStore | None = None
+        self.writer: AuditWriter | None = None
+        self.in_flight = 0  # requests inside infer(), which the batcher waits for
+        self.unrecorded = 0  # of those, the ones yet to queue a record: what a group waits for
+        self.batcher = (
+            Batcher(
+                settings.batch_wait_ms,
+                settings.batch_max_rows,
+                lambda: self.in_flight,
+                lambda model, requests, waited: self.metrics.observe_batch(
+                    (model.name, model.version), requests, waited
+                ),
+            )
+            if settings.batching
+            else None
+        )
+        # Large batches run the graph here, one at a time: concurrent runs would each grow
+        # onnxruntime's arena (415 MB for california at 8 concurrent 1000-row requests),
+        # and two cores gain nothing from more than one graph thread beside the event loop.
+        self.graph = ThreadPoolExecutor(1, thread_name_prefix="iabma-graph")
+        self.follower = LatestFollower(settings, self.runtime, self.metrics)
+        self.hash_key = b""
+        self._tasks: list[asyncio.Task[None]] = []
+        self.metrics_port = (
+            MetricsPort(self.metrics.registry, settings.metrics_host, settings.metrics_port)
+            if settings.metrics_port is not None
+            else None
+        )
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    def labels(self) -> tuple[str, str]:
+        model = self.runtime.current
+        return (model.name, model.version) if model else (self.settings.model_name, "")
+
+    async def start(self) -> None:
+        model = await self.runtime.load()
+        log.info(
+            "serving %s version %s from %s", model.name, model.version, model.predictor.bundle.path
+        )
+        self.metrics.serving((model.name, model.version), None)
+        self._tasks.append(
+            asyncio.create_task(self.metrics.run_flusher(self._audit_depth), name="iabma-metrics")
+        )
+        if self.follower.follows:
+            self._tasks.append(asyncio.create_task(self.follower.run(), name="iabma-follow"))
+        if self.metrics_port is not None:
+            self.metrics_port.start()
+        if not self.settings.audit_enabled:
+            log.warning("the audit trail is disabled (IABMA_AUDIT_ENABLED=false)")
+            return
+        if self.settings.audit_payload != "off":
+            self.hash_key = audit_hash_key(self.settings)
+        self.store = AuditStore(self.settings.audit_url, self.settings.audit_timeout_seconds)
+        try:
+            await asyncio.to_thread(self.store.prepare)
+        except SqliteInUse as exc:
+            raise StartupRefused(str(exc)) from None
+        self.writer = AuditWriter(
+            self.store,
+            self.metrics,
+            self.labels,
+            self.settings.audit_batch_max,
+            self.settings.audit_timeout_seconds,
+            self.settings.audit_group_wait_ms / 1000.0,
+            self.unrecorded_working,
+        )
+        self.writer.start()
+
+    def unrecorded_working(self) -> int:
+        """Requests yet to queue a record that are not parked in a batch waiting for the
+        others in flight: the ones a group commit may wait for. A parked request waits for
+        requests whose answers wait for the commit, so waiting for it would only stall both.
+        """
+        parked = self.batcher.parked() if self.batcher is not None else 0
+        return self.unrecorded - parked
+
+    async def stop(self) -> None:
+        self.runtime.draining = True
+        self.graph.shutdown(wait=True)
+        if self.writer is not None:
+            await self.writer.close()
+        if self.store is not None:
+            self.store.close()
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self.metrics_port is not None:
+            self.metrics_port.stop()
+
+    def _audit_depth(self) -> None:
+        if self.writer is not None:
+            self.metrics.audit_depth.set(self.labels(), self.writer.depth)
+
+    def scrape(self, accept: str | None = None) -> tuple[bytes, str]:
+        """This worker's numbers flushed, then every worker's as Prometheus exposition."""
+        self._audit_depth()
+        self.metrics.flush()
+        return self.metrics.exposition(accept)
+
+    def require_store(self) -> AuditStore:
+        if not self.settings.audit_enabled:
+            raise AuditDisabled(
+                "the audit trail is disabled on this server (IABMA_AUDIT_ENABLED=false)",
+                field="audit",
+            )
+        if self.store is None:
+            raise NotReady("the audit trail is not open yet; retry shortly", field="audit")
+        return self.store
+
+    async def read_store(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """Run a blocking audit query on a worker thread; a database fault is a 503."""
+        try:
+            return await asyncio.to_thread(fn, *args)
+        except SQLAlchemyError as exc:
+            log.error("audit query failed: %s", exc)
+            raise AuditUnavailable(
+                f"the audit store is unavailable ({type(exc).__name__})", field="audit"
+            ) from None
+
+    # -- the data plane ----------------------------------------------------------------------
+    async def infer(
+        self,
+        model: LoadedModel,
+        request: InferenceRequest,
+        ctx: RequestContext,
+        encode: Callable[[InferenceResult], Encoded],
+    ) -> Encoded:
+        """Run the graph, queue the audit record, encode the answer, await the commit.
+
+        Every 2xx has a durable record; a request refused before the graph ran has none.
+        """
+        # Requests in here, before or after the graph, are what a batch may wait for.
+        self.in_flight += 1
+        try:
+            pred = await self.predict(model, request)
+            result = InferenceResult(model, pred)
+            committed, taken = self.submit_record(result, request, ctx)
+            if taken is not None and committed is not None:
+                # Let the writer build its row first; see app.audit.writer.
+                await asyncio.wait((taken, committed), return_when=asyncio.FIRST_COMPLETED)
+            # The encoding overlaps the commit: the writer thread waits on the disk (without the
+            # GIL) while this thread formats the answer. Nothing is sent before the record is
+            # durable; an encoding fault (a server bug, a 500) leaves its record in the trail.
+            try:
+                content = encode(result)
+            finally:
+                if committed is not None:
+                    with self.tracing.span("audit"):
+                        await committed
+            self.count(result, request)
+            return content
+        finally:
+            self.in_flight -= 1
+
+    async def predict(self, model: LoadedModel, request: InferenceRequest) -> Prediction:
+        """The request's answer from the graph, checked; meanwhile the request counts among
+        those whose audit record is on its way (what a group commit waits for)."""
+        self.unrecorded += 1
+        try:
+            with self.tracing.span("graph"):
+                if request.n <= INLINE_ROWS:
+                    if self.batcher is not None:
+                        pred = await self.batcher.predict(model, request.columns, request.n)
+                    else:
+                        pred = model.predictor.predict(request.columns)
+                else:
+                    pred = await self.predict_large(model, request)
+            check_finite(model, pred, request.row_field)
+            return pred
+        finally:
+            self.unrecorded -= 1
+
+    async def predict_large(self, model: LoadedModel, request: InferenceRequest) -> Prediction:
+        """Run a large request's graph on the graph thread, or inline when it runs alone and
+        its graph should be short (see :func:`runs_alone_inline`); learn its time per row."""
+        per_row = model.cache.get(ROW_SECONDS)
+        if runs_alone_inline(request.n, self.in_flight, per_row):
+            pred = model.predictor.predict(request.columns)
+        else:
+            loop = asyncio.get_running_loop()
+            predict = model.predictor.predict
+            pred = await loop.run_in_executor(self.graph, predict, request.columns)
+        seen = pred.seconds / request.n
+        model.cache[ROW_SECONDS] = seen if per_row is None else 0.8 * per_row + 0.2 * seen
+        return pred
+
+    def submit_record(
+        self, result: InferenceResult, request: InferenceRequest, ctx: RequestContext
+    ) -> tuple[asyncio.Future[None] | None, asyncio.Future[None] | None]:
+        """Queue the answer's audit record: its commit, and for a large request the moment
+        the writer takes it; (None, None) when the trail is off."""
+        if not self.settings.audit_enabled:
+            return None, None
+        if self.writer is None:
+            raise NotReady("the audit trail is not open yet; retry shortly", field="audit")
+        model, pred = result.model, result.prediction
+        if pred.proba is not None:
+            answer = pred.proba
+        else:
+            assert pred.mean is not None and pred.std is not None
+            assert pred.interval is not None
+            answer = np.column_stack([pred.mean, pred.std, pred.interval])
+        record = AuditRecord(
+            request_id=ctx.request_id,
+            created_us=now_us(),
+            model=model.name,
+            version=model.version,
+            route=request.route,
+            task=model.task,
+            experts=model.experts,
+            classes=model.classes if pred.proba is not None else None,
+            weights=pred.weights,
+            prediction=answer,
+            uncertainty=pred.uncertainty,
+            latency_ms=(time.perf_counter() - ctx.started) * 1000.0,
+            input_mode=self.settings.audit_payload,
+            instances=request.instances,
+            hash_key=self.hash_key,
+        )
+        if request.n > INLINE_ROWS:
+            return self.writer.submit_large(record)
+        return self.writer.submit(record), None
+
+    def count(self, result: InferenceResult, request: InferenceRequest) -> None:
+        """Count a durable prediction in the metrics."""
+        model, pred = result.model, result.prediction
+        labels = (model.name, model.version)
+        self.metrics.observe_graphs(labels, {"ensemble": pred.seconds})
+        self.metrics.observe_weights(labels, model.experts, pred.weights)
+        self.metrics.rows.inc((*labels, request.route), pred.n)
+
+    # -- admin -------------------------------------------------------------------------------
+    def check_admin(self, authorization: str | None) -> None:
+        token = self.settings.admin_token
+        if token is None:
+            raise AdminDisabled(
+                "admin routes are disabled; set IABMA_ADMIN_TOKEN to enable them", field="admin"
+            )
+        scheme, _, given = (authorization or "").partition(" ")
+        expected = token.get_secret_value().encode("utf-8")
+        if scheme.lower() != "bearer" or not hmac.compare_digest(
+            given.strip().encode("utf-8"), expected
+        ):
+            raise Unauthorized("missing or wrong bearer token", field="header Authorization")
+
+    async def reload(self, authorization: str | None) -> dict[str, Any]:
+        """``/admin/reload``: check ``LATEST`` (or the pinned version) now."""
+        self.check_admin(authorization)
+        serving = self.runtime.current
+        try:
+            outcome = await self.follower.check(force=True)
+        except BundleError as exc:
+            still = f"; still serving version {serving.version}" if serving else ""
+            raise ReloadFailed(f"{exc}{still}", field="bundle") from None
+        assert outcome is not None
+        old = outcome.previous.version if outcome.previous else None
+        return {
+            "model": outcome.model.name,
+            "version": outcome.model.version,
+            "previous_version": old,
+            "changed": outcome.changed,
+        }

@@ -1,0 +1,270 @@
+"""The OpenAPI schemas of one served bundle, from the contract and the bundle's features.
+
+The request and answer types come from :mod:`app.contract`, named for this bundle (its
+experts, classes, task and row limit). What only the bundle knows is made here: each
+feature under the client's own name (any text), required and nullable as
+:class:`~app.core.inputs.FeatureTable` enforces it, numbers bounded by float32 like the
+graphs, categories as an enum wherever an unseen one is refused; the columnar answer;
+and the Open Inference Protocol's tensors.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from app.bundle.mixture import INTERVAL
+from app.codecs.oip import NUMERIC_TYPES, output_names
+from app.contract.answers import (
+    UNCERTAINTY,
+    AuditRecord,
+    ErrorBody,
+    GateWeights,
+    OipError,
+    PredictResult,
+    RecordPage,
+    Reloaded,
+)
+from app.contract.request import PredictRequest
+from app.contract.schema import Components, Schema, Vocabulary
+from app.core.inputs import FLOAT32_MAX
+from app.core.runtime import LoadedModel
+
+NUMBER: Schema = {"type": "number"}
+STRING: Schema = {"type": "string"}
+# The answer of each route, as the contract describes it.
+ANSWERS: dict[str, tuple[type, ...]] = {
+    "/predict": (PredictResult,),
+    "/weights": (AuditRecord, GateWeights, RecordPage),
+    "/admin/reload": (Reloaded,),
+}
+
+
+def components(model: LoadedModel | None, max_rows: int) -> tuple[dict[str, Schema], Components]:
+    """Every schema of the document: the contract's, named for ``model`` when one is
+    loaded, and the bundle's own (features, columnar answer, OIP tensors)."""
+    vocabulary = None
+    if model is not None:
+        vocabulary = Vocabulary(
+            name=model.name,
+            task=model.task,
+            experts=tuple(model.experts),
+            classes=tuple(model.classes),
+            class_keys=tuple(model.class_keys),
+            interval=INTERVAL,
+            max_rows=max_rows,
+        )
+    comps = Components(vocabulary)
+    described: list[type] = [PredictRequest, ErrorBody, OipError]
+    for answers in ANSWERS.values():
+        described += answers
+    for cls in described:
+        comps.of(cls)
+    schemas = dict(comps.schemas)
+    if model is not None:
+        schemas["Instance"] = instance(model)
+        schemas["PredictColumnarAnswer"] = _columnar(model)
+        schemas["InferenceRequest"] = oip_request(model, max_rows)
+        schemas["InferenceResponse"] = oip_answer(model)
+    return schemas, comps
+
+
+def _object(properties: dict[str, Schema], required: bool = True, **extra: Any) -> Schema:
+    out: Schema = {"type": "object", "properties": properties, "additionalProperties": False}
+    if required:
+        out["required"] = list(properties)
+    return {**out, **extra}
+
+
+def _array(items: Schema, size: int | None = None, **extra: Any) -> Schema:
+    out: Schema = {"type": "array", "items": items}
+    if size is not None:
+        out["minItems"] = out["maxItems"] = size
+    return {**out, **extra}
+
+
+def _const(value: Any) -> Schema:
+    return {"const": value}
+
+
+# -- requests ----------------------------------------------------------------------------------
+def category_values(model: LoadedModel, name: str) -> list[str] | None:
+    """The categories as an enum, or None when any string is taken (capped column, or
+    ``IABMA_UNKNOWN_CATEGORY=missing``): an enum must not forbid what the server accepts."""
+    table = model.features
+    cats = table.categories[name]
+    if cats.other or table.map_unknown_to_missing:
+        return None
+    return list(cats.categories)
+
+
+def feature_value(model: LoadedModel, name: str, in_query: bool = False) -> Schema:
+    """One feature's value: a float32-range number or a category; missing is ``null`` in a
+    JSON body, and an empty value in a query string (where there is no ``null``)."""
+    table = model.features
+    missing = "an empty value" if in_query else "null"
+    if name in table.numeric:
+        kind = "number"
+        out: Schema = {"minimum": -FLOAT32_MAX, "maximum": FLOAT32_MAX}
+        what = f"A number (numeric text is read too); {missing} for a missing value."
+    else:
+        kind = "string"
+        cats = category_values(model, name)
+        shown = table.categories[name].shown()
+        out = {} if cats is None else {"enum": cats if in_query else [*cats, None]}
+        what = (
+            f"A category among {shown}; {missing} for a missing value."
+            if cats is not None
+            else f"Text; known categories {shown}, any other is read as missing or other."
+        )
+    return {"type": kind if in_query else [kind, "null"], **out, "description": what}
+
+
+def instance(model: LoadedModel) -> Schema:
+    """One row: every feature under the client's name, required, nothing else."""
+    names = model.features.names
+    return _object(
+        {name: feature_value(model, name) for name in names},
+        description="Every feature of the model, by the name in the training data; "
+        "null for a missing value.",
+    )
+
+
+def example_row(model: LoadedModel) -> dict[str, Any]:
+    """A valid row for the examples: 1.0 for numbers, the first category of the others."""
+    table = model.features
+    return {
+        name: 1.0 if name in table.numeric else table.categories[name].categories[0]
+        for name in table.names
+    }
+
+
+def oip_example(model: LoadedModel) -> dict[str, Any]:
+    numeric = model.features.numeric
+    tensors = [
+        {"name": name, "datatype": "FP64" if name in numeric else "BYTES", "shape": [1, 1],
+         "data": [value]}
+        for name, value in example_row(model).items()
+    ]  # fmt: skip
+    return {"inputs": tensors}
+
+
+def oip_request(model: LoadedModel, max_rows: int) -> Schema:
+    """An OIP v2 inference request: one tensor per feature, ``[n]`` or ``[n, 1]``."""
+    table = model.features
+    tensors = []
+    for name in table.names:
+        value = feature_value(model, name)
+        dtype = {"enum": sorted(NUMERIC_TYPES)} if name in table.numeric else _const("BYTES")
+        tensors.append(
+            {
+                "type": "object",
+                "required": ["name", "datatype", "shape", "data"],
+                "properties": {
+                    "name": _const(name),
+                    "datatype": dtype,
+                    "shape": {
+                        "type": "array",
+                        "prefixItems": [
+                            {"type": "integer", "minimum": 1, "maximum": max_rows},
+                            _const(1),
+                        ],
+                        "minItems": 1,
+                        "maxItems": 2,
+                    },
+                    "data": _array({"anyOf": [value, _array(value, 1)]}, minItems=1),
+                    "parameters": {"type": "object"},
+                },
+            }
+        )
+    return {
+        "type": "object",
+        "required": ["inputs"],
+        "additionalProperties": False,
+        "properties": {
+            "id": STRING,
+            "parameters": {"type": "object"},
+            "inputs": _array({"anyOf": tensors}, minItems=1, maxItems=len(table.names)),
+            "outputs": _array(
+                {
+                    "type": "object",
+                    "required": ["name"],
+                    "properties": {"name": {"enum": list(output_names(model))}},
+                }
+            ),
+        },
+        "description": "Every feature as one tensor named as in the training data; "
+        "all tensors have the same number of rows.",
+    }
+
+
+# -- answers -----------------------------------------------------------------------------------
+def _header(model: LoadedModel) -> dict[str, Schema]:
+    return {
+        "model": _const(model.name),
+        "version": STRING,
+        "request_id": STRING,
+        "task": _const(model.task),
+    }
+
+
+def _columnar(model: LoadedModel) -> Schema:
+    """``format: columnar``: one array per field, in instance order."""
+    m, column = len(model.experts), _array(NUMBER)
+    classification = model.task == "classification"
+    parts: dict[str, Schema] = {}
+    meta: dict[str, Schema] = {"format": _const("columnar"), "experts": _const(list(model.experts))}
+    if classification:
+        c = len(model.classes)
+        meta["classes"] = _const(list(model.classes))
+        label: Schema = {"enum": list(model.classes)}
+        parts["label"] = _array(label)
+        parts["probabilities"] = _array(_array(NUMBER, c))
+        parts["experts"] = _object(
+            {
+                "label": _array(_array(label, m)),
+                "probabilities": _array(_array(_array(NUMBER, c), m)),
+            }
+        )
+    else:
+        parts["mean"], parts["std"] = column, column
+        parts["interval"] = _object({"level": _const(INTERVAL), "lower": column, "upper": column})
+        parts["experts"] = _object({"mean": _array(_array(NUMBER, m)), "std": _array(NUMBER, m)})
+    parts["weights"] = _array(_array(NUMBER, m))
+    parts["uncertainty"] = _object({k: column for k in UNCERTAINTY})
+    predictions = _object(
+        parts,
+        required=False,
+        minProperties=1,
+        description="One array per field, rows in instance order; the fields follow include.",
+    )
+    return _object({**_header(model), **meta, "predictions": predictions})
+
+
+def oip_answer(model: LoadedModel) -> Schema:
+    tensor = {
+        "type": "object",
+        "required": ["name", "datatype", "shape", "data"],
+        "properties": {
+            "name": {"enum": list(output_names(model))},
+            "datatype": STRING,
+            "shape": _array({"type": "integer", "minimum": 0}),
+            "data": _array({"type": ["number", "string"]}),
+            "parameters": {"type": "object"},
+        },
+        "additionalProperties": False,
+    }
+    return _object(
+        {
+            "model_name": _const(model.name),
+            "model_version": STRING,
+            "id": STRING,
+            "parameters": _object(
+                {
+                    "request_id": STRING,
+                    "task": _const(model.task),
+                    "experts": _const(list(model.experts)),
+                }
+            ),
+            "outputs": _array(tensor),
+        }
+    )

@@ -1,1 +1,0 @@
-"""Thin HTTP adapters: parse the request, call :mod:`app.service`, shape the response."""
