@@ -259,7 +259,9 @@ def run(args: argparse.Namespace) -> int:
     selected = dict(getattr(est.combiner_, "selected_", {}))
     reason = selected.pop("gate_reason", None)
     if selected:
-        print("gate variant chosen on the inner validation split:", json.dumps(selected))
+        shown = {k: round(v, 4) if isinstance(v, float) else v for k, v in selected.items()}
+        shown.pop("held_out_nll", None)  # the reason below lists it
+        print("gate variant chosen on held-out training rows:", json.dumps(shown))
     if reason is not None:
         print(f"shipped gate: {selected['gate']}: {reason}")
     t_eval = time.perf_counter()
