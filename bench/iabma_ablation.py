@@ -32,8 +32,16 @@ VARIANTS: dict[str, tuple[str, dict[str, Any] | str]] = {
     "no_temperature": ("oof", {"temperature": None}),
     "min_stopping": ("oof", {"stopping_rule": "min"}),
     "paper_epochs": ("oof", {"early_stopping": False, "epochs": 10}),
-    "one_split": ("oof", {"selection_folds": 1, "selection_repeats": 1}),
-    "no_repeats": ("oof", {"selection_repeats": 1}),
+    "one_split": ("oof", {"selection_folds": 1}),
+    "two_repeats": ("oof", {"selection_repeats": 2}),
+    # The guard and what the shipped network is: no guard (the network always ships), a
+    # guard at 0 or 2 standard errors, one refitted network instead of the fold average,
+    # the network trained on the untempered experts.
+    "no_guard": ("oof", {"fallback": False}),
+    "guard_0se": ("oof", {"guard_se": 0.0}),
+    "guard_2se": ("oof", {"guard_se": 2.0}),
+    "no_bagging": ("oof", {"bagging": False}),
+    "untempered": ("oof", {"tempered": False}),
     "elbo_only": ("oof", {"objective": "elbo"}),
     "marginal_only": ("oof", {"objective": "marginal"}),
     "prior_tau_auto": ("oof", {"prior_temperature": "auto"}),

@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from training.combiners.names import ABLATIONS, BENCH_METHODS, NOT_COMPETING
+from training.experiments.config import DATASETS
 
 METHODS = BENCH_METHODS
 HEADERS = (
@@ -47,7 +48,7 @@ METRICS = {
     "regression": ("r2", "rmse", "nll", "crps", "coverage90"),
 }
 HIGHER = {"accuracy", "r2"}
-ORDER = ("simulation", "spambase", "credit-g", "bike", "california")
+ORDER = DATASETS
 # The paper's appendix table (mean, sd) for best_single .. bhs, iabma; no paper-setting row.
 PAPER = {
     ("bike", "r2"): [0.706, 0.752, 0.773, 0.774, 0.706, 0.781, 0.756, 0.752, 0.794],
