@@ -1,12 +1,9 @@
-"""The guard: whether the chosen network ships, or a plain gate does.
+"""The guard: whether the chosen network ships, or stacking's pool does.
 
-The plain gates are the uniform average, the best expert and stacking's linear pool. The
-network is judged on rows that took no part in choosing it: the held-out rows that did
-not steer the search are split into groups, and for each group the candidate, epoch and
-temperature are chosen again on every other held-out row, then scored on the group
-(cross-fitting of the choice). The plain gates' temperatures and the best expert are
-cross-fitted the same way. The network ships only if its paired advantage over the best
-plain gate on those rows exceeds ``guard_se`` standard errors.
+The network is judged on held-out rows that took no part in choosing it: the choice of
+candidate, epoch and temperature is repeated without each group of judging rows, then
+scored on the group. It ships only if its paired advantage over the pool exceeds
+``guard_se`` standard errors (docs/method.md, "The guard").
 """
 
 from __future__ import annotations

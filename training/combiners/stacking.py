@@ -1,17 +1,8 @@
 """What a practitioner would reach for instead of a gate: stacking and ensemble selection.
 
 Both learn one weight vector on the simplex from the same out-of-fold evidence as every
-other combiner, so they export and serve as constant gates with the same contract: the
-served answer stays a mixture of the experts, with its uncertainty split.
-
-- :class:`StackingCombiner` follows scikit-learn's ``StackingRegressor`` /
-  ``StackingClassifier``: a ridge or logistic-type meta-model on the experts' out-of-fold
-  outputs, its penalty chosen by cross-validation.
-- :class:`EnsembleSelectionCombiner` is Caruana et al. (2004)'s greedy forward selection
-  with replacement, as in AutoGluon's weighted ensemble.
-
-Each can fit the mixture temperature on the same out-of-fold rows (``temperature="auto"``),
-as IA-BMA fits its own; with a single weight vector there is little to over-fit.
+other combiner, so they export and serve as constant gates with the same contract. Each
+can fit the mixture temperature (``temperature="auto"``), as IA-BMA fits its own.
 """
 
 from __future__ import annotations

@@ -1,14 +1,9 @@
 """One repetition of the paper's protocol, reduced to what every combiner needs.
 
-:func:`prepare_rep` splits the data (80/20; stratified on the label, or on 12 quantile bins
-of the target), balances the training split by downsampling (classification), builds the
-feature bundles and the paper's experts from the training split only, fits the experts
-(out-of-fold evidence, then a refit on the whole training split) and encodes the gate
-features. Each of those steps is a stage of the estimator
-(:class:`~training.estimator.IABMAClassifier`), called here one by one, so the
-experiments and a trained bundle read X, encode the target and build the evidence alike.
-Experts dominate the cost, so a repetition can be cached on disk and reused while the
-combiners are varied.
+:func:`prepare_rep` splits the data, balances the training split (classification), builds
+the feature bundles and the paper's experts from the training split only, fits them out
+of fold through the estimator's own stages and encodes the gate features; a repetition
+can be cached on disk while the combiners are varied.
 """
 
 from __future__ import annotations

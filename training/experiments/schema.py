@@ -1,26 +1,9 @@
 """The one definition of ``results.json``: method names, metric sets and the schema.
 
-``results.json`` has exactly the form::
-
-    {"dataset": str, "task": "classification" | "regression", "reps": int,
-     "methods": {METHOD: {METRIC: {"mean": float, "sd": float}}},
-     "fit_seconds": {METHOD: {"mean": float, "sd": float}},
-     "tuning": {METHOD: {"search": str, "temperature": str,
-                         "temperature_fitted": {"mean": float, "sd": float}}},
-     "paired": {"reference": "iabma", "metric": "nll",
-                "against": {METHOD: {"mean": float, "sd": float, "wins": int,
-                                     "reps": int}}},
-     "shipped": {METHOD: [str, ...]},
-     "chosen": {METHOD: [{"objective": str, "kl_weight": float}, ...]}}
-
-``paired`` is the reference's test NLL minus each other method's, repetition by
-repetition (negative favours the reference; ``wins`` counts repetitions where the
-reference is lower). ``shipped`` is the gate each searched method shipped per repetition
-(``network`` or a plain gate), ``chosen`` the objective and lambda its search chose.
-
-Anything else a run produces (per-repetition values, the variants IA-BMA chose, timings of
-the experts, versions) goes to ``details.json``, so this file stays comparable across runs
-and tools. :func:`validate_results` is called before anything is written.
+``results.json`` holds, per method, each metric's mean and sd over repetitions, the fit
+time, the tuning, and IA-BMA's paired differences with the gate each searched method
+shipped (the pydantic models below are the schema). Anything else a run produces goes to
+``details.json``. :func:`validate_results` is called before anything is written.
 """
 
 from __future__ import annotations

@@ -1,23 +1,10 @@
 """Minibatch Adam training of :class:`~training.nn.net.PosteriorNet` members.
 
-Each member ``k`` maximises, per point, one of the objectives in docs/method.md ("The gate"):
-
-- ``"elbo"`` (the paper's beta-ELBO): ``sum_j q_j L_ij - lambda_k KL(q || p_i)``;
-- ``"marginal"``: ``log sum_j q_j f_j(y_i|x_i) - lambda_k KL(q || p_i)``; at
-  ``lambda = 0`` this is the mixture-of-experts likelihood.
-
-``p_i`` is member ``k``'s prior at training point ``i``. Members are independent: their
-summed loss gives each its own gradient, and Adam's update is elementwise.
-
-The network is tiny, so per-operation overhead, not arithmetic, dominates a step. The
-step below therefore writes the gradient of the objective in closed form: with
-``q = softmax(a)``, ``d/da sum_j q_j L_j = q * (L - <q, L>)``,
-``d/da logsumexp(log q + L) = softmax(log q + L) - q`` and
-``d/da KL(q||p) = q * (log q - log p - KL)``, and runs the forward, backward and Adam
-passes in float32 numpy, whose calls cost a third of torch's on arrays this small (one
-member: 0.10 against 0.25 ms a step). The torch module supplies the initialisation and
-the minibatch order, and :func:`member_objective` is the autograd reference; tests check
-that the two agree.
+Each member maximises, per point, one of the objectives of docs/method.md ("The gate"),
+``"elbo"`` or ``"marginal"``, against its own prior; members are independent. The step
+writes the objective's gradient in closed form and runs in float32 numpy;
+:func:`member_objective` is the autograd reference the tests compare it with
+(docs/design.md, "The gate's trainer", says why).
 """
 
 from __future__ import annotations
