@@ -41,7 +41,6 @@ class HeldOut:
     pooled: np.ndarray  # (N, m) stacking's pool, fitted on the entry's split's training rows
     nets: dict[int, list[list[Layers]]]  # survivor -> per split, its layers after each epoch
     folds: bool  # the splits are folds (every row held out once per repeat)
-    temperatures: list[float]  # per split: the temperature its networks trained at
 
     def row_mean(self, values: np.ndarray, entries: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The rows of ``entries`` (sorted) and the mean of ``values`` (one per entry) over

@@ -24,8 +24,9 @@ from training.combiners.fallback import (
 from training.combiners.selection import SelectionConfig
 from training.evidence import Evidence
 
-GateKind = Literal["network", "uniform", "best_single", "stacking"]
-PLAIN: tuple[GateKind, ...] = ("uniform", "best_single", "stacking")
+GateKind = Literal["network", "stacking"]
+#: The plain gates scored beside the network; the pool ("stacking") is its rival.
+PLAIN = ("uniform", "best_single", "stacking")
 #: Groups the judging rows are split into when the folds do not give groups.
 GROUPS = 5
 
@@ -38,7 +39,7 @@ class GateChoice:
     temperature: float
     constant: np.ndarray | None  # (m,) weights unless the network ships
     held_out_nll: dict[str, float] = field(default_factory=dict)
-    advantage: float = 0.0  # the network's mean paired NLL advantage over the rival
+    advantage: float = 0.0  # the network's mean paired NLL advantage over the pool
     standard_error: float = 0.0
     rows: int = 0  # the rows that judged it
     reason: str = ""
@@ -55,7 +56,7 @@ def judging_groups(held: HeldOut, seed: int) -> list[np.ndarray]:
     return [rows[labels == g] for g in np.unique(labels)]
 
 
-def plain_weights(held: HeldOut, ev: Evidence, outside: np.ndarray) -> dict[GateKind, np.ndarray]:
+def plain_weights(held: HeldOut, ev: Evidence, outside: np.ndarray) -> dict[str, np.ndarray]:
     """Each plain gate's weights at every entry, fitted without the rows ``outside``
     leaves out: the best expert by mean log-likelihood over the others."""
     n, m = len(held.rows), ev.m
@@ -93,8 +94,7 @@ def guard(held: HeldOut, config: SelectionConfig, ev: Evidence) -> GateChoice:
     # The pool is the rival and what ships instead: it holds the uniform average and the
     # best expert as special cases, and picking among plain gates on these rows would add
     # a noisy choice of its own. Their scores are reported beside it.
-    rival: GateKind = "stacking"
-    diff = scores[rival] - scores["network"]
+    diff = scores["stacking"] - scores["network"]
     se = float(diff.std(ddof=1) / np.sqrt(len(diff))) if len(diff) > 1 else 0.0
     advantage = float(diff.mean())
     ships = advantage > config.guard_se * se
@@ -122,22 +122,13 @@ def guard(held: HeldOut, config: SelectionConfig, ev: Evidence) -> GateChoice:
             n_judged,
             where,
         )
-    constant = _constant(rival, ev, config.tempered)
+    if config.tempered:
+        constant = calibrated_pool(ev, POOL_PENALTY)[0]
+    else:
+        constant = pooled_weights(ev.log_lik, POOL_PENALTY)
     if calibrate:
-        weights = np.tile(constant, (len(held.rows), 1)) if rival != "stacking" else held.pooled
-        fit_rows, fit_w = held.row_mean(weights, np.flatnonzero(everywhere))
+        fit_rows, fit_w = held.row_mean(held.pooled, np.flatnonzero(everywhere))
         t = fit_temperature(fit_w, ev.rows(fit_rows))
     else:
         t = choose_network(held, everywhere, config, ev).temperature
-    return GateChoice(rival, t, constant, nll, advantage, se, n_judged, where)
-
-
-def _constant(kind: GateKind, ev: Evidence, tempered: bool) -> np.ndarray:
-    """A plain gate's weights fitted on every training row, as it ships."""
-    if kind == "uniform":
-        return np.full(ev.m, 1.0 / ev.m)
-    if kind == "best_single":
-        return np.eye(ev.m)[int(np.argmax(ev.log_lik.mean(axis=0)))]
-    if tempered:
-        return calibrated_pool(ev, POOL_PENALTY)[0]
-    return pooled_weights(ev.log_lik, POOL_PENALTY)
+    return GateChoice("stacking", t, constant, nll, advantage, se, n_judged, where)

@@ -145,7 +145,6 @@ def search_candidates(
     folded = _auto(config.folds, AUTO_FOLDS, ev.n, "selection_folds") > 1
     pooled: list[np.ndarray] = []
     held_lik: list[np.ndarray] = []
-    temps: list[float] = []
     steps_per_epoch, epochs_cap = 1, config.epochs
     halve_at = max(1, config.epochs // HALVING_FRACTION)
     for split, (tr, va) in enumerate(splits):
@@ -153,8 +152,9 @@ def search_candidates(
             tr = np.sort(rng.choice(tr, size=config.search_max_rows, replace=False))
         steps_per_epoch = -(-len(tr) // config.batch_size)
         first = split == 0
-        pool, t_split = calibrated_pool(ev.rows(tr), POOL_PENALTY)
-        if not config.tempered:
+        if config.tempered:
+            pool, t_split = calibrated_pool(ev.rows(tr), POOL_PENALTY)
+        else:
             pool, t_split = pooled_weights(ev.log_lik[tr], POOL_PENALTY), 1.0
         # The networks learn weights for the experts as they will be served: tempered
         # at the temperature the pool found on the same training rows.
@@ -190,7 +190,6 @@ def search_candidates(
         alive = survivors
         pooled.append(np.tile(pool, (len(va), 1)))
         held_lik.append(lik_va)
-        temps.append(t_split)
     rows = np.concatenate([va for _, va in splits])
     stacked = {k: np.concatenate([lg[:epochs_cap] for lg in logits[k]], axis=1) for k in alive}
     held = HeldOut(
@@ -202,7 +201,6 @@ def search_candidates(
         pooled=np.concatenate(pooled),
         nets={k: [per_epoch[:epochs_cap] for per_epoch in nets[k]] for k in alive},
         folds=folded,
-        temperatures=temps,
     )
     chosen = choose_network(held, np.ones(len(rows), dtype=bool), config, ev)
     return SearchOutcome(held, chosen, steps_per_epoch, pruned, len(splits))

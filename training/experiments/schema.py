@@ -91,9 +91,7 @@ class _Results(_Strict):
     fit_seconds: dict[MethodName, Stat] = Field(min_length=1)
     tuning: dict[MethodName, Tuning] | None = None
     paired: Paired | None = None
-    shipped: dict[MethodName, list[Literal["network", "uniform", "best_single", "stacking"]]] = (
-        Field(default_factory=dict)
-    )
+    shipped: dict[MethodName, list[Literal["network", "stacking"]]] = Field(default_factory=dict)
     chosen: dict[MethodName, list[Chosen]] = Field(default_factory=dict)
 
     @model_validator(mode="after")
