@@ -17,13 +17,14 @@ import time
 from typing import Any
 
 from app.cli.errors import CommandError, option_fault
+from app.cli.text import help_text
 
 
 def add_parser(sub: Any) -> None:
     p = sub.add_parser(
         "audit-sums",
         help="make the audit trail's ten-minute sums ahead of the first GET /weights",
-        description=__doc__,
+        description=help_text(__doc__),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--name", required=True, help="the model whose records to sum")

@@ -22,13 +22,19 @@ from typing import Any, TextIO
 from app.cli import audit_sums, rollout, serve
 from app.cli.errors import CommandError, CommandWarning
 
+DESCRIPTION = (
+    "Train, check and benchmark IA-BMA bundles, serve them, and move their LATEST. Where "
+    "the training side is not installed (the serving image), its commands are listed and "
+    "say so. Exit codes: 2 for a bad argument or input, 1 for anything unexpected "
+    "(--debug shows the traceback)."
+)
 # Each entry point of this group names a command and the function that adds its parser.
 PLUGINS = "iabma.commands"
 FIRST = ("check", "train")  # listed before the serving commands, as a bundle's life runs
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="iabma", description=__doc__)
+    parser = argparse.ArgumentParser(prog="iabma", description=DESCRIPTION)
     parser.add_argument(
         "--debug", action="store_true", help="show tracebacks and every library warning"
     )

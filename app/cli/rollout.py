@@ -12,13 +12,14 @@ from pathlib import Path
 from typing import Any
 
 from app.cli.errors import CommandError
+from app.cli.text import help_text
 
 
 def add_parsers(sub: Any) -> None:
     p = sub.add_parser(
         "promote",
         help="verify a version and point LATEST at it; every server follows",
-        description=__doc__,
+        description=help_text(__doc__),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--store", type=Path, default=Path("models_store"))
@@ -29,7 +30,7 @@ def add_parsers(sub: Any) -> None:
     r = sub.add_parser(
         "rollback",
         help="point LATEST back at the version it named before",
-        description=__doc__,
+        description=help_text(__doc__),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     r.add_argument("--store", type=Path, default=Path("models_store"))

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from app.cli.text import help_text
 from training.commands.train import add_encoding_argument
 
 if TYPE_CHECKING:
@@ -31,7 +32,7 @@ def add_parser(sub: Any) -> None:
     p = sub.add_parser(
         "check",
         help="replay a CSV through a bundle's served path and compare with its recorded metrics",
-        description=__doc__,
+        description=help_text(__doc__),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--store", type=Path, default=Path("models_store"))
