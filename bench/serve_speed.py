@@ -10,6 +10,7 @@ cores. The run matrix is in ``bench/speed/plan.py``; results go to
     .venv/bin/python bench/serve_speed.py --quick        # every code path, ~1 min
     .venv/bin/python bench/serve_speed.py --full --bundles california
     .venv/bin/python bench/serve_speed.py --oip --bundles demo   # the OIP targets, ~2 min
+    .venv/bin/python bench/serve_speed.py --ratio --bundles demo --rounds 5   # ours/bare, ~5 min
 
 gRPC is loaded by h2load (``bench/loadgen/h2load.py``), binary OIP bodies by wrk with
 ``frames.lua``.
@@ -206,6 +207,19 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     mode.add_argument(
         "--oip", action="store_true", help="only the Open Inference Protocol targets (gRPC, binary)"
     )
+    mode.add_argument(
+        "--ratio",
+        action="store_true",
+        help="only ours/bare at single-row c32, in --rounds alternating rounds (medians)",
+    )
+    p.add_argument("--rounds", type=int, default=3, help="rounds of --ratio (default 3)")
+    p.add_argument(
+        "--baseline",
+        type=Path,
+        default=None,
+        help="with --ratio: another checkout (e.g. `git archive main`) whose server takes "
+        "its turn in every round",
+    )
     p.add_argument("--out", type=Path, default=REPO / "bench" / "results")
     p.add_argument(
         "--quiet-wait",
@@ -216,7 +230,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     p.add_argument("--skip-mlserver", action="store_true")
     args = p.parse_args(argv)
-    args.mode = "quick" if args.quick else "full" if args.full else "oip" if args.oip else "default"
+    modes = {"quick": args.quick, "full": args.full, "oip": args.oip, "ratio": args.ratio}
+    args.mode = next((name for name, on in modes.items() if on), "default")
+    if args.rounds < 1:
+        p.error("--rounds is at least 1")
+    if args.baseline is not None and (args.mode != "ratio" or not (args.baseline / "app").is_dir()):
+        p.error("--baseline takes a checkout (with app/) and goes with --ratio")
     bundles = args.bundles or ("demo" if args.quick else "demo,california")
     args.bundle_list = [b.strip() for b in bundles.split(",") if b.strip()]
     if args.duration is None:
@@ -235,7 +254,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     procs.install_cleanup()
     wrk_binary()  # no wrk, no benchmark: fail now rather than after the floors
-    plan = build_plan(args.bundle_list, args.mode)
+    baseline = str(args.baseline.resolve()) if args.baseline is not None else ""
+    plan = build_plan(args.bundle_list, args.mode, args.rounds, baseline)
     if any(r.route == "grpc" for g in plan for r in g.runs):
         h2load_binary()
     skipped_ml = [g for g in plan if g.server.kind == "mlserver"] if args.skip_mlserver else []

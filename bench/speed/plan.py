@@ -17,6 +17,13 @@ behind them need, and ``--full`` widens it. Per bundle, the default is:
 The Open Inference Protocol's own targets run on ours 1 worker with the SQLite trail:
 gRPC single-row ``ModelInfer`` at c32 (against ``/predict`` c32) and 1000-row OIP infer with
 binary tensors at c8 (against JSON OIP infer c8); ``--oip`` runs only those four loads.
+
+``--ratio`` runs only the headline ratio, ours (1 worker, SQLite trail) against the bare
+peer at single-row c32, in ``--rounds`` alternating rounds, so that both see the machine's
+slow spells alike; the ratio is taken between the two servers' medians. With
+``--baseline DIR`` the same server from another checkout (e.g. ``git archive main``) takes
+its turn in every round too, so that a change is judged against the code before it on the
+same hour of the machine.
 """
 
 from __future__ import annotations
@@ -30,14 +37,16 @@ BIG = 1000  # rows per batch request; the app's default IABMA_MAX_BATCH_ROWS
 
 @dataclass(frozen=True)
 class ServerSpec:
-    kind: str  # "ours", "bare", "mlserver" or "ceiling"
+    # "ours", "bare", "mlserver", "ceiling", or "baseline": ours from another checkout
+    kind: str
     bundle: str
     workers: int = 1
-    audit: str = "-"  # ours only: "sqlite", "postgres" or "off"
+    audit: str = "-"  # ours and the baseline only: "sqlite", "postgres" or "off"
+    tree: str = ""  # the baseline's checkout
 
     @property
     def label(self) -> str:
-        audit = f" {self.audit}" if self.kind == "ours" else ""
+        audit = f" {self.audit}" if self.kind in ("ours", "baseline") else ""
         return f"{self.bundle} {self.kind} {self.workers}w{audit}"
 
 
@@ -141,7 +150,21 @@ def _bundle_oip(b: str) -> list[Group]:
     ]
 
 
-def build_plan(bundles: Sequence[str], mode: str) -> list[Group]:
+def _bundle_ratio(b: str, rounds: int, baseline: str) -> list[Group]:
+    """Ours (and the baseline) against the bare peer, single-row c32, ``rounds`` times in
+    turn."""
+    load = [("predict", 1, [32])]
+    turn = [_group(ServerSpec("ours", b, 1, "sqlite"), load), _group(ServerSpec("bare", b), load)]
+    if baseline:
+        turn.append(_group(ServerSpec("baseline", b, 1, "sqlite", baseline), load))
+    return turn * rounds
+
+
+def build_plan(
+    bundles: Sequence[str], mode: str, rounds: int = 1, baseline: str = ""
+) -> list[Group]:
+    if mode == "ratio":
+        return [g for b in bundles for g in _bundle_ratio(b, rounds, baseline)]
     per_bundle = {
         "quick": _bundle_quick,
         "default": _bundle_default,
@@ -152,9 +175,9 @@ def build_plan(bundles: Sequence[str], mode: str) -> list[Group]:
 
 
 # Rough costs for the up-front estimate, measured on this 2-core machine.
-START_S = {"ours": 4.0, "bare": 3.0, "mlserver": 12.0, "ceiling": 2.0}
+START_S = {"ours": 4.0, "baseline": 4.0, "bare": 3.0, "mlserver": 12.0, "ceiling": 2.0}
 RUN_OVERHEAD_S = 1.0  # pre-flight request, wrk start-up, parsing
-FLOOR_S = {"quick": 3.0, "default": 15.0, "full": 15.0, "oip": 15.0}
+FLOOR_S = {"quick": 3.0, "default": 15.0, "full": 15.0, "oip": 15.0, "ratio": 15.0}
 
 
 def estimate_seconds(plan: Sequence[Group], duration: float, warmup: float, mode: str) -> float:

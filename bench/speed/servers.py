@@ -43,14 +43,17 @@ def launch(
     port = procs.free_port()
     log = workdir / f"{spec.label.replace(' ', '_')}-{port}.log"
     with ExitStack() as stack:
-        if spec.kind == "ours":
+        if spec.kind in ("ours", "baseline"):
             if spec.audit == "postgres":
                 url = stack.enter_context(fresh_schema())
             else:
                 url = f"sqlite:///{workdir / f'audit-{spec.bundle}-{port}.db'}"
-            grpc_port = procs.free_port()
+            # A baseline checkout may lack the generated gRPC stubs; it serves REST only.
+            grpc_port = procs.free_port() if spec.kind == "ours" else None
             settings = OursSettings(b.store, b.name, spec.workers, spec.audit, url, grpc_port)
             argv, env = ours_command(settings, port)
+            if spec.kind == "baseline":
+                env["PYTHONPATH"] = spec.tree
             health = READY_PATH
             paths = {
                 "predict": "/predict",
@@ -111,6 +114,8 @@ def launch(
             serves = f"sklearn {b.peer_expert} refit (mlserver_sklearn, 1 worker, 1 thread)"
         # MLServer writes its .envs and metrics files to its working directory.
         cwd = REPO if spec.kind != "mlserver" else workdir / spec.bundle
+        if spec.kind == "baseline":
+            cwd = Path(spec.tree)  # uvicorn puts its working directory first on sys.path
         proc, cold = stack.enter_context(procs.server(argv, env, cwd, log, port, health))
         own = {
             k: v for k, v in env.items() if k.startswith(("IABMA_", "BARE_", "MLSERVER_", "OMP_"))
