@@ -1,7 +1,8 @@
 """An audit record: built from an answered prediction, stored as rows, read back as JSON.
 
-It holds what an auditor needs as compact arrays, and the input as ``IABMA_AUDIT_PAYLOAD``
-says (``full``, ``hash`` or ``off``; the hash is keyed, :mod:`app.audit.hashkey`).
+It holds what an auditor needs as compact arrays, each expert's own prediction among them
+(:func:`served_experts` reads it back), and the input as ``IABMA_AUDIT_PAYLOAD`` says
+(``full``, ``hash`` or ``off``; the hash is keyed, :mod:`app.audit.hashkey`).
 """
 
 from __future__ import annotations
@@ -64,6 +65,10 @@ class AuditRecord:
     input_mode: str
     instances: list[dict[str, Any]] | Callable[[], list[dict[str, Any]]]
     hash_key: bytes = field(repr=False)
+    # Each expert's own prediction as served: (n, m, C) probabilities, or (n, m) means.
+    expert_outputs: np.ndarray | None = None
+    # Regression: each expert's std (m,), then the mixture's temperature.
+    expert_spread: np.ndarray | None = None
 
     def log_values(self) -> tuple[Any, ...]:
         """The ``iabma_audit_log`` row, in :data:`LOG_COLUMNS` order."""
@@ -92,14 +97,44 @@ class AuditRecord:
             self.input_mode,
             _hmac(self.hash_key, text) if text is not None else None,
             text.decode("utf-8") if self.input_mode == "full" and text else None,
+            self._experts_blob(),
         )
+
+    def _experts_blob(self) -> bytes | None:
+        if self.expert_outputs is None:
+            return None
+        if self.expert_spread is None:
+            return _blob(self.expert_outputs)
+        return _blob(self.expert_outputs) + _blob(self.expert_spread)
 
 
 LOG_COLUMNS = (
     "request_id", "created_us", "model", "version", "route", "task", "n_instances",
     "top_expert", "latency_ms", "experts", "classes", "weights", "prediction", "uncertainty",
-    "weight_sums", "top_counts", "input_mode", "input_hash", "input_json",
+    "weight_sums", "top_counts", "input_mode", "input_hash", "input_json", "expert_outputs",
 )  # fmt: skip
+
+
+@dataclass(frozen=True)
+class ServedExperts:
+    """What a record kept of its experts: ``outputs`` (n, m, C) probabilities or (n, m)
+    means; regression also each expert's ``std`` (m,) and the mixture's ``temperature``."""
+
+    outputs: np.ndarray
+    std: np.ndarray | None = None
+    temperature: float = 1.0
+
+
+def served_experts(
+    blob: bytes | None, task: str, n: int, m: int, classes: int
+) -> ServedExperts | None:
+    """The ``expert_outputs`` column read back; None for a record written before it."""
+    if blob is None:
+        return None
+    values = np.frombuffer(blob, "<f8")
+    if task == "classification":
+        return ServedExperts(values.reshape(n, m, classes))
+    return ServedExperts(values[: n * m].reshape(n, m), values[n * m : n * m + m], values[-1])
 
 
 def weight_summary(
@@ -139,30 +174,50 @@ def record_json(row: Any) -> dict[str, Any]:
     }
 
 
+def _labelled(p: np.ndarray, classes: list[Any]) -> list[dict[str, Any]]:
+    """Rows of class probabilities as ``{"label", "probabilities"}``."""
+    labels, keys = p.argmax(axis=1).tolist(), [str(c) for c in classes]
+    return [
+        {"label": classes[labels[i]], "probabilities": dict(zip(keys, r, strict=True))}
+        for i, r in enumerate(p.tolist())
+    ]
+
+
 def instances_json(row: Any) -> list[dict[str, Any]]:
     experts = json.loads(row.experts)
-    n = int(row.n_instances)
-    w = np.frombuffer(row.weights, "<f8").reshape(n, len(experts)).tolist()
+    n, m = int(row.n_instances), len(experts)
+    w = np.frombuffer(row.weights, "<f8").reshape(n, m).tolist()
     u = np.frombuffer(row.uncertainty, "<f8").reshape(n, len(UNCERTAINTY)).tolist()
+    classes = json.loads(row.classes) if row.task == "classification" else []
+    served = served_experts(row.expert_outputs, row.task, n, m, len(classes))
+    own: list[list[dict[str, Any]]] | None = None
     if row.task == "classification":
-        classes = json.loads(row.classes)
         p = np.frombuffer(row.prediction, "<f8").reshape(n, len(classes))
-        labels, keys = p.argmax(axis=1).tolist(), [str(c) for c in classes]
-        prediction = [
-            {"label": classes[labels[i]], "probabilities": dict(zip(keys, r, strict=True))}
-            for i, r in enumerate(p.tolist())
-        ]
+        prediction = _labelled(p, classes)
+        if served is not None:
+            per = [_labelled(served.outputs[:, j], classes) for j in range(m)]
+            own = [[per[j][i] for j in range(m)] for i in range(n)]
     else:
         r = np.frombuffer(row.prediction, "<f8").reshape(n, REGRESSION_FIELDS).tolist()
         prediction = [
             {"mean": a, "std": b, "interval": {"level": INTERVAL, "lower": lo, "upper": hi}}
             for a, b, lo, hi in r
         ]
-    return [
-        {
+        if served is not None:
+            assert served.std is not None
+            std = served.std.tolist()
+            own = [
+                [{"mean": mu, "std": s} for mu, s in zip(means, std, strict=True)]
+                for means in served.outputs.tolist()
+            ]
+    out = []
+    for i in range(n):
+        item: dict[str, Any] = {
             "prediction": prediction[i],
             "weights": dict(zip(experts, w[i], strict=True)),
-            "uncertainty": dict(zip(UNCERTAINTY, u[i], strict=True)),
         }
-        for i in range(n)
-    ]
+        if own is not None:
+            item["experts"] = dict(zip(experts, own[i], strict=True))
+        item["uncertainty"] = dict(zip(UNCERTAINTY, u[i], strict=True))
+        out.append(item)
+    return out

@@ -59,6 +59,9 @@ records = Table(
     Column("input_mode", String(8), nullable=False),
     Column("input_hash", String(64)),
     Column("input_json", Text),
+    # The experts' own predictions (app.audit.records.served_experts); added to trails
+    # made before it (upgrade_tables), where older records have none.
+    Column("expert_outputs", LargeBinary),
     Index("ix_iabma_audit_log_time", "model", "created_us", "id"),
     Index("ix_iabma_audit_log_top", "model", "top_expert", "created_us"),
     Index("ix_iabma_audit_log_request_id", "request_id"),
@@ -126,6 +129,30 @@ def create_tables(engine: Engine) -> None:
         names = set(inspect(engine).get_table_names())
         if not all(t.name in names for t in metadata.sorted_tables):
             raise
+    upgrade_tables(engine)
+
+
+# Columns added to a table after its first release: (table, column), nullable all.
+ADDED_COLUMNS = ((records, "expert_outputs"),)
+
+
+def upgrade_tables(engine: Engine) -> None:
+    """Add the columns a trail made by an older release lacks (a nullable column is a
+    change of the catalogue only, on either database); another worker may add the same."""
+    tables = {t.name for t, _ in ADDED_COLUMNS}
+    found = {t: {c["name"] for c in inspect(engine).get_columns(t)} for t in tables}
+    for table, name in ADDED_COLUMNS:
+        if name in found[table.name]:
+            continue
+        kind = table.c[name].type.compile(dialect=engine.dialect)
+        exists = " IF NOT EXISTS" if engine.dialect.name == "postgresql" else ""
+        try:
+            with engine.begin() as conn:
+                conn.exec_driver_sql(f"ALTER TABLE {table.name} ADD COLUMN{exists} {name} {kind}")
+        except OperationalError:
+            columns = {c["name"] for c in inspect(engine).get_columns(table.name)}
+            if name not in columns:
+                raise
 
 
 class SqliteInUse(Exception):

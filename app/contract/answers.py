@@ -113,7 +113,7 @@ class StoredInput:
 
 @dataclass(frozen=True)
 class AuditRecord:
-    """An audited answer, rebuilt from the stored arrays (no experts' own outputs)."""
+    """An audited answer, rebuilt from the stored arrays."""
 
     request_id: str
     time: datetime

@@ -74,6 +74,14 @@ class LoadedModel:
         )
 
     @cached_property
+    def expert_spread(self) -> np.ndarray | None:
+        """Regression: each expert's std (target units), then the mixture's temperature,
+        as the audit record keeps them beside the experts' means."""
+        if self.task != "regression":
+            return None
+        return np.array([*self.expert_std, self.manifest.mixture.temperature], dtype=np.float64)
+
+    @cached_property
     def summary(self) -> dict[str, Any]:
         """The manifest as /models shows it: everything but the file layout."""
         m = self.manifest.model_dump(mode="json")

@@ -272,11 +272,12 @@ class Service:
             raise NotReady("the audit trail is not open yet; retry shortly", field="audit")
         model, pred = result.model, result.prediction
         if pred.proba is not None:
-            answer = pred.proba
+            answer, experts = pred.proba, pred.expert_proba
         else:
             assert pred.mean is not None and pred.std is not None
             assert pred.interval is not None
             answer = np.column_stack([pred.mean, pred.std, pred.interval])
+            experts = pred.expert_means
         record = AuditRecord(
             request_id=ctx.request_id,
             created_us=now_us(),
@@ -293,6 +294,8 @@ class Service:
             input_mode=self.settings.audit_payload,
             instances=request.instances,
             hash_key=self.hash_key,
+            expert_outputs=experts,
+            expert_spread=model.expert_spread,
         )
         if request.n > INLINE_ROWS:
             return self.writer.submit_large(record)

@@ -72,11 +72,12 @@ def pg_count(url: str, table: str = "iabma_audit_log") -> int:
     return int(row[0])
 
 
-AUDITED = ("prediction", "weights", "uncertainty")
+AUDITED = ("prediction", "weights", "experts", "uncertainty")
 
 
 def audited(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """A response's instances as the audit trail keeps them: no experts' own outputs."""
+    """A response's instances as the audit trail keeps them: every part, whatever the
+    request's ``include`` left out of the answer."""
     return [{k: item[k] for k in AUDITED} for item in items]
 
 

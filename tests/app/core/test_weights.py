@@ -83,6 +83,22 @@ def test_record_by_request_id_equals_the_response(demo: Client) -> None:
     assert record["top_expert"] == max(weights, key=weights.get)
 
 
+def test_a_regression_record_keeps_each_experts_mean_and_std(
+    bundles: Bundles, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    settings = make_settings(bundles.store, tmp_path_factory.mktemp("audit"), "credit")
+    with AsgiHarness(settings) as app:
+        rows = bundles.credit.instances(slice(0, 3))
+        r = app.post("/predict", json={"instances": rows, "include": ["prediction"]})
+        assert r.status_code == 200, r.text
+        record = app.get("/weights", params={"request_id": r.json()["request_id"]}).json()
+        full = app.post("/predict", json={"instances": rows}).json()["predictions"]
+    check = [{k: item[k] for k in ("experts", "prediction", "weights")} for item in full]
+    assert [{k: item[k] for k in check[0]} for item in record["predictions"]] == check, (
+        "kept whatever the answer included"
+    )
+
+
 def test_pages_cover_every_record_once_with_aggregates(demo: Client, bundles: Bundles) -> None:
     rows = bundles.demo.instances(slice(0, 11))
     answers = {}
