@@ -75,6 +75,12 @@ class InvalidInput(ServingError):
         return cls([Fault(code, field, message)])
 
 
+class OutcomeConflict(InvalidInput):
+    """Outcomes that differ from the ones stored for their rows; nothing was stored."""
+
+    code = "conflicting_outcome"
+
+
 class NotFound(ServingError):
     code = "not_found"
 
@@ -145,6 +151,7 @@ STATUS: dict[type[Exception], int] = {
     AuditDisabled: 404,
     MethodNotAllowed: 405,
     ReloadFailed: 409,
+    OutcomeConflict: 409,
     PayloadTooLarge: 413,
     TooManyRows: 413,
     UnsupportedMediaType: 415,

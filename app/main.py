@@ -27,7 +27,7 @@ from app.rest.access import AccessGuard
 from app.rest.observe import RequestObserver
 from app.rest.openapi import install as install_openapi
 from app.rest.responses import install_error_handlers
-from app.rest.routes import admin, console, health, metrics, oip, predict, weights
+from app.rest.routes import admin, console, feedback, health, metrics, oip, predict, weights
 from app.settings import Settings, load_settings
 
 log = logging.getLogger("iabma.app")
@@ -132,7 +132,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         )  # fmt: skip
     app.add_middleware(RequestObserver, service=service)
     service.tracing.install(app)  # outermost: the server span covers our middleware too
-    routers = [predict, weights, health, admin, oip, console]
+    routers = [predict, weights, feedback, health, admin, oip, console]
     if settings.metrics_port is None:
         routers.append(metrics)
     for module in routers:

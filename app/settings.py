@@ -96,8 +96,12 @@ class Settings(BaseSettings):
     )
     api_keys: SecretStr | None = Field(None, description="comma-separated keys for data routes")
     api_keys_file: Path | None = Field(None, description="a file of API keys, one per line")
+    feedback_keys: SecretStr | None = Field(
+        None, description="keys for POST /feedback; the API keys when unset"
+    )
+    feedback_keys_file: Path | None = None
     auditor_keys: SecretStr | None = Field(
-        None, description="keys for /weights and /audit; the API keys when unset"
+        None, description="keys for /weights, /performance and /audit; the API keys when unset"
     )
     auditor_keys_file: Path | None = None
     metrics_keys: SecretStr | None = Field(None, description="keys for /metrics; open when unset")
@@ -138,10 +142,12 @@ class Settings(BaseSettings):
         "model_version",
         "admin_token",
         "api_keys",
+        "feedback_keys",
         "auditor_keys",
         "metrics_keys",
         "audit_hash_key",
         "api_keys_file",
+        "feedback_keys_file",
         "auditor_keys_file",
         "metrics_keys_file",
         "admin_token_file",
@@ -189,8 +195,8 @@ class Settings(BaseSettings):
         return self
 
     def keys(self, name: str) -> tuple[str, ...]:
-        """The keys of ``api_keys``, ``auditor_keys`` or ``metrics_keys``: separated by
-        commas or lines, blanks and ``#`` comments dropped."""
+        """The keys of ``api_keys``, ``feedback_keys``, ``auditor_keys`` or
+        ``metrics_keys``: separated by commas or lines, blanks and ``#`` comments dropped."""
         secret = getattr(self, name)
         if secret is None:
             return ()
@@ -219,7 +225,7 @@ def normalise_audit_url(text: str) -> URL:
 
 
 SECRET_FIELDS = frozenset(
-    {"admin_token", "api_keys", "auditor_keys", "metrics_keys", "audit_hash_key"}
+    {"admin_token", "api_keys", "feedback_keys", "auditor_keys", "metrics_keys", "audit_hash_key"}
 )
 
 

@@ -170,6 +170,15 @@ def add_buckets(engine: Engine, lo: int, hi: int, flt: Any, into: Sums) -> None:
         )
 
 
+def even_edges(lo: int, hi: int, buckets: int) -> np.ndarray:
+    """At most ``buckets`` buckets of equal width (in microseconds) from ``lo`` to ``hi``:
+    their edges, the first ``lo`` and the last ``hi``."""
+    width = max(1, -(-(hi - lo) // buckets))
+    edges = np.minimum(lo + width * np.arange(buckets + 1, dtype=np.int64), hi)
+    edges[-1] = hi  # the width rounded up: the last bucket ends at hi, not past it
+    return np.unique(edges)
+
+
 def floor_bucket(us: int) -> int:
     return us // BUCKET_US * BUCKET_US
 

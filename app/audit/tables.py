@@ -1,7 +1,8 @@
 """The audit trail's tables (SQLAlchemy Core) and the engine for SQLite or PostgreSQL.
 
 ``iabma_audit_log`` holds one row per answered request, the answer as compact arrays; two
-small tables beside it hold the sums of :mod:`app.audit.rollup`.
+small tables beside it hold the sums of :mod:`app.audit.rollup`, and ``iabma_outcomes``
+the outcomes posted for its rows, scored (:mod:`app.audit.outcomes`).
 """
 
 from __future__ import annotations
@@ -85,6 +86,29 @@ buckets = Table(
     Index("ix_iabma_audit_buckets_time", "model", "bucket_us"),
     # Two readers can never both store a bucket: the second's transaction fails whole.
     UniqueConstraint("model", "bucket_us", "version", "top_expert", "experts"),
+)
+
+# One row per outcome posted to POST /feedback: the served row it belongs to, and its
+# scores against what was served (app.audit.scores), so that GET /performance reads this
+# table alone.
+outcomes = Table(
+    "iabma_outcomes",
+    metadata,
+    Column("id", _ID, primary_key=True, autoincrement=True),
+    Column("model", String(128), nullable=False),
+    Column("request_id", String(128), nullable=False),
+    Column("row_index", Integer, nullable=False),
+    Column("record_id", BigInteger, nullable=False),  # iabma_audit_log.id
+    Column("record_us", BigInteger, nullable=False),  # the prediction's time
+    Column("version", String(128), nullable=False),
+    Column("received_us", BigInteger, nullable=False),
+    Column("outcome", Text, nullable=False),  # JSON: the class label, or the number
+    Column("experts", Text, nullable=False),  # JSON list of names
+    Column("weights", LargeBinary, nullable=False),  # (m,) float64: the row's weights
+    Column("scores", LargeBinary, nullable=False),  # (1 + m, 3) float64: app.audit.scores
+    # One outcome per served row: a second insert of one fails whole (POST /feedback's 409).
+    UniqueConstraint("model", "request_id", "row_index"),
+    Index("ix_iabma_outcomes_time", "model", "record_us"),
 )
 
 # Per model: every sealed bucket before through_us is summed in iabma_audit_buckets.

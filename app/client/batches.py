@@ -12,10 +12,9 @@ from typing import Any
 from app.client.columnar import ColumnarResult
 from app.client.errors import ClientError, FieldError, InvalidResponse
 from app.client.results import PredictResult
+from app.contract.request import REQUEST_ID
 
 DEFAULT_BATCH_ROWS = 1000  # the service's default IABMA_MAX_BATCH_ROWS
-# The service's rule for X-Request-ID (app.core.context.REQUEST_ID).
-REQUEST_ID = re.compile(r"^[A-Za-z0-9._:/+=-]{1,128}$")
 _INSTANCE = re.compile(r"^instances\[(\d+)\]")
 # The fields that hold one entry per row.
 _ROWS = (

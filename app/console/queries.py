@@ -63,13 +63,6 @@ def count(store: AuditStore, flt: RecordFilter) -> int:
         return int(conn.execute(query).scalar_one())
 
 
-def _edges(lo: int, hi: int, buckets: int) -> np.ndarray:
-    width = max(1, -(-(hi - lo) // buckets))
-    edges = np.minimum(lo + width * np.arange(buckets + 1, dtype=np.int64), hi)
-    edges[-1] = hi  # the width rounded up: the last bucket ends at hi, not past it
-    return np.unique(edges)
-
-
 def _whole_edges(lo: int, hi: int, buckets: int) -> np.ndarray:
     """At most ``buckets`` buckets from ``lo`` to ``hi`` whose inner edges fall on the
     stored sums' ten minutes, so that each stored bucket lies inside one of them."""
@@ -146,7 +139,7 @@ def timeline(
             pieces += _record_pieces(store, replace(flt, since_us=since, until_us=until))
     else:
         pieces = _record_pieces(store, flt)
-        edges = _edges(lo, hi, max(1, min(buckets, len(pieces))))
+        edges = rollup.even_edges(lo, hi, max(1, min(buckets, len(pieces))))
     return _binned(pieces, edges)
 
 

@@ -1,7 +1,9 @@
-"""The body of ``POST /predict``: its fields, their options, defaults and limits."""
+"""The body of ``POST /predict``: its fields, their options, defaults and limits; and the
+rule every request id follows."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import MISSING, dataclass, field, fields
 from typing import Literal, get_args
@@ -12,6 +14,9 @@ FeatureValue = float | str | None
 
 FORMATS: tuple[Format, ...] = get_args(Format)
 PARTS: tuple[Part, ...] = get_args(Part)
+# X-Request-ID, and every request id a body or a query names: it lands in the audit trail
+# and in the logs.
+REQUEST_ID = re.compile(r"^[A-Za-z0-9._:/+=-]{1,128}$")
 
 
 @dataclass(frozen=True)

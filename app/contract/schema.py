@@ -52,6 +52,12 @@ class Vocabulary:
     def const(self, which: str) -> Any:
         return {"name": self.name, "task": self.task, "interval": self.interval}[which]
 
+    def target(self) -> Schema:
+        """An outcome: a class label as sent or as its text, or a number (or its text)."""
+        if self.task == "classification":
+            return {"enum": list(dict.fromkeys([*self.classes, *self.class_keys]))}
+        return {"anyOf": [{"type": "number"}, {"type": "string"}]}
+
 
 @cache
 def _hints(cls: type) -> dict[str, Any]:
@@ -112,8 +118,13 @@ class Components:
             out: Schema = {"const": v.const(meta["const"])}
         elif v is not None and "enum" in meta:
             out = {"enum": v.values(meta["enum"])}
+        elif v is not None and meta.get("target"):
+            out = v.target()
         else:
             out = self.type(hint, meta)
+        for key in ("pattern", "minimum"):
+            if key in meta:
+                out[key] = meta[key]
         if "doc" in meta:
             out = {**out, "description": meta["doc"]}
         if f.default is not dataclasses.MISSING and f.default is not None:

@@ -1,6 +1,8 @@
-"""Who may call what: the roles of the routes, and the API, auditor and metrics keys.
+"""Who may call what: the roles of the routes, and the API, feedback, auditor and metrics
+keys.
 
-A role without keys is open, but the auditor role falls back to the API keys. Keys come
+A role without keys is open, but the feedback and auditor roles fall back to the API keys.
+Keys come
 as ``Authorization: Bearer``, ``X-API-Key`` or the console's cookie and are compared in
 constant time (docs/design.md, "Access").
 """
@@ -20,6 +22,7 @@ from app.settings import Settings
 
 class Role(Enum):
     DATA = "api"
+    FEEDBACK = "feedback"
     AUDITOR = "auditor"
     METRICS = "metrics"
 
@@ -39,9 +42,11 @@ def role_of(path: str) -> Role | None:
         return Role.DATA
     if path == "/v2" or (_OIP_MODEL.match(path) and not _OIP_READY.match(path)):
         return Role.DATA
+    if path == "/feedback":
+        return Role.FEEDBACK
     if path in _CONSOLE_OPEN or path.startswith("/audit/static/"):
         return None
-    if path == "/weights" or path == CONSOLE or path.startswith(CONSOLE + "/"):
+    if path in ("/weights", "/performance") or path == CONSOLE or path.startswith(CONSOLE + "/"):
         return Role.AUDITOR
     if path == "/metrics":
         return Role.METRICS
@@ -61,9 +66,12 @@ class KeyRing:
     @classmethod
     def from_settings(cls, settings: Settings) -> KeyRing:
         api = settings.keys("api_keys")
-        auditor = settings.keys("auditor_keys") or api
-        metrics = settings.keys("metrics_keys")
-        given = {Role.DATA: api, Role.AUDITOR: auditor, Role.METRICS: metrics}
+        given = {
+            Role.DATA: api,
+            Role.FEEDBACK: settings.keys("feedback_keys") or api,
+            Role.AUDITOR: settings.keys("auditor_keys") or api,
+            Role.METRICS: settings.keys("metrics_keys"),
+        }
         return cls({role: tuple(map(_digest, k)) for role, k in given.items() if k})
 
     @property

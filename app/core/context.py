@@ -3,21 +3,20 @@
 from __future__ import annotations
 
 import os
-import re
 import time
 from dataclasses import dataclass
 
+from app.contract.request import REQUEST_ID
+
 # The ASGI scope key under which the middleware leaves the context for the routes.
 SCOPE_KEY = "iabma.context"
+__all__ = ["REQUEST_ID", "SCOPE_KEY", "RequestContext", "new_request_id"]
 
 
 @dataclass(frozen=True, slots=True)
 class RequestContext:
     request_id: str  # the client's X-Request-ID, or a fresh one; echoed and audited
     started: float  # time.perf_counter() when the request arrived
-
-
-REQUEST_ID = re.compile(r"^[A-Za-z0-9._:/+=-]{1,128}$")
 
 
 def new_request_id() -> str:

@@ -25,7 +25,8 @@ DEFAULT_LIMIT = 100
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
-def _single(items: Sequence[tuple[str, str]]) -> dict[str, str]:
+def single_params(items: Sequence[tuple[str, str]]) -> dict[str, str]:
+    """The query as a mapping; a parameter given twice is refused, naming it."""
     params: dict[str, str] = {}
     twice = []
     for key, value in items:
@@ -79,7 +80,7 @@ async def weights(
     service: Service, items: Sequence[tuple[str, str]], request_id: str
 ) -> dict[str, Any]:
     model = service.runtime.require()
-    params = _single(items)
+    params = single_params(items)
     keys = set(params)
     features = set(model.features.names)
     # Feature names may be any text, "limit" or "request_id" included: a query naming every

@@ -17,7 +17,13 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from app.metrics.buffer import CounterBuffer, GaugeBuffer, HistogramBuffer, Labels
+from app.metrics.buffer import (
+    CounterBuffer,
+    GaugeBuffer,
+    HistogramBuffer,
+    Labels,
+    SummaryBuffer,
+)
 from app.metrics.families import (
     BATCH_BUCKETS,
     GRAPH_BUCKETS,
@@ -29,6 +35,8 @@ from app.metrics.store import multiprocess_dir
 from app.metrics.workers import WorkerProcessCollector
 
 FLUSH_SECONDS = 1.0
+# The mixture's label among the experts' in iabma_realised_nll: no expert name starts with _.
+MIXTURE = "_mixture"
 _FEW_ROWS = 8
 # The GC's counts are the process's, whichever app (tests build several) flushes them.
 _GC_LOCK = threading.Lock()
@@ -58,11 +66,13 @@ class ServiceMetrics:
         self.reloads = CounterBuffer(f.reloads)
         self.served = GaugeBuffer(f.served)
         self.refused = GaugeBuffer(f.refused)
+        self.feedback = CounterBuffer(f.feedback)
+        self.realised_nll = SummaryBuffer(f.realised_nll)
         self._buffers = (
             self.requests, self.request_seconds, self.rows, self.graph_seconds,
             self.batch_requests, self.batch_waits, self.gate_weight, self.audit_depth,
             self.audit_commit_seconds, self.audit_records, self.audit_failures, self.reloads,
-            self.served, self.refused,
+            self.served, self.refused, self.feedback, self.realised_nll,
         )  # fmt: skip
         self._gc = (f.gc_collections, f.gc_collected, f.gc_uncollectable)
         self.registry = CollectorRegistry(auto_describe=False)
@@ -88,6 +98,14 @@ class ServiceMetrics:
             return
         for j, expert in enumerate(experts):
             self.gate_weight.observe_many((*model, expert), weights[:, j])
+
+    def observe_outcomes(self, model: Labels, experts: Sequence[str], nll: np.ndarray) -> None:
+        """Accepted outcomes of rows ``model`` served: ``nll`` (k, 1 + m) holds each row's
+        realised NLL, the mixture's then each expert's."""
+        k = int(nll.shape[0])
+        self.feedback.inc((*model, "accepted"), k)
+        for name, total in zip((MIXTURE, *experts), nll.sum(axis=0).tolist(), strict=True):
+            self.realised_nll.observe_total((*model, name), k, total)
 
     def serving(self, model: Labels, previous: Labels | None) -> None:
         """Mark ``model`` as this worker's served version (and ``previous`` as no longer)."""

@@ -54,6 +54,28 @@ class GaugeBuffer(_Buffer):
             self.child(labels).set(value)
 
 
+class SummaryBuffer(_Buffer):
+    """Per label set: a count and a sum (a summary without quantiles), added at flush."""
+
+    def __init__(self, family: Any) -> None:
+        super().__init__(family)
+        self.pending: dict[Labels, list[float]] = {}
+
+    def observe_total(self, labels: Labels, count: int, total: float) -> None:
+        """``count`` observations adding up to ``total``."""
+        slot = self.pending.setdefault(labels, [0.0, 0.0])
+        slot[0] += count
+        slot[1] += total
+
+    def flush(self) -> None:
+        pending, self.pending = self.pending, {}
+        for labels, (count, total) in pending.items():
+            child = self.child(labels)
+            # What observe() does once per value (prometheus_client has no bulk observe).
+            child._count.inc(count)
+            child._sum.inc(total)
+
+
 class HistogramBuffer(_Buffer):
     """Per label set: counts per bucket (not cumulative) and the sum, added at flush."""
 

@@ -38,6 +38,8 @@ class Families:
     reloads: Any
     served: Any
     refused: Any
+    feedback: Any
+    realised_nll: Any
     gc_collections: Any
     gc_collected: Any
     gc_uncollectable: Any
@@ -46,7 +48,7 @@ class Families:
 @cache
 def families() -> Families:
     """Build the families; call :func:`app.metrics.store.multiprocess_dir` first."""
-    from prometheus_client import Counter, Gauge, Histogram
+    from prometheus_client import Counter, Gauge, Histogram, Summary
 
     def counter(name: str, doc: str, labels: tuple[str, ...] = ()) -> Any:
         return Counter(name, doc, (*MODEL_LABELS, *labels), registry=None)
@@ -125,6 +127,20 @@ def families() -> Families:
             "and in GET /models.",
             MODEL_LABELS,
             multiprocess_mode="liveall",
+            registry=None,
+        ),
+        feedback=counter(
+            "iabma_feedback_total",
+            "Outcomes posted to POST /feedback by result: accepted, duplicate (stored before "
+            "with the same value), or rejected (their request was refused whole); labelled "
+            "with the version that served the row (rejected: the serving version).",
+            ("result",),
+        ),
+        realised_nll=Summary(
+            "iabma_realised_nll",
+            "Realised NLL of each accepted outcome under what was served, per expert and for "
+            'the mixture (expert="mixture"); rate(_sum) / rate(_count) is the mean.',
+            (*MODEL_LABELS, "expert"),
             registry=None,
         ),
         gc_collections=gc_counter(

@@ -25,6 +25,8 @@ from app.rest.schemas import ANSWERS, STRING, components, example_row, feature_v
 ERRORS: dict[tuple[str, str], tuple[int, ...]] = {
     ("/predict", "post"): (400, 413, 415, 422, 503),
     ("/weights", "get"): (400, 404, 422, 503),
+    ("/feedback", "post"): (400, 409, 413, 415, 422, 503),
+    ("/performance", "get"): (400, 422, 503),
     ("/models", "get"): (400, 503),
     ("/readyz", "get"): (400, 503),
     ("/admin/reload", "post"): (400, 401, 404, 409),
@@ -157,13 +159,15 @@ def _responses(op: dict[str, Any], path: str, method: str, ring: KeyRing) -> Non
         if status == 503 and path in NOT_READY:
             out["503"] = _json(NOT_READY[path], "Not ready: loading, or draining after SIGTERM.")
         else:
-            out[str(status)] = _json(error, _ERROR_TEXT.get(status, "Error"))
+            text = _ERROR_TEXT.get((path, status)) or _ERROR_TEXT.get(status, "Error")
+            out[str(status)] = _json(error, text)
     for response in out.values():
         response["headers"] = {"X-Request-ID": ECHOED_ID}
     op["responses"] = out
 
 
-_ERROR_TEXT = {
+_ERROR_TEXT: dict[Any, str] = {
+    ("/feedback", 409): "An outcome differs from the one stored for its row; nothing stored.",
     400: "Bad request: malformed JSON, or a bad X-Request-ID header.",
     401: "Missing or unknown key (or admin token).",
     403: "A key of another role.",
@@ -195,6 +199,15 @@ def _typed(op: dict[str, Any], path: str, model: LoadedModel | None, comps: Comp
                 "weights only": {"value": {"instances": [row], "include": ["weights"]}},
             }
         op["requestBody"] = {"required": True, "content": _body("PredictRequest", examples)}
+    if path == "/feedback":
+        examples = {}
+        if model is not None:
+            outcome = model.classes[0] if model.classes else 12.5
+            item = {"request_id": "0192f3a1c4d2e8f00a1b", "row": 0, "outcome": outcome}
+            examples = {"one outcome": {"value": {"outcomes": [item]}}}
+        op["requestBody"] = {"required": True, "content": _body("FeedbackRequest", examples)}
+    if path == "/performance":
+        op["parameters"] = performance_parameters() + op["parameters"]
     if model is None:
         return
     if path == "/weights":
@@ -209,6 +222,8 @@ def _typed(op: dict[str, Any], path: str, model: LoadedModel | None, comps: Comp
 
 
 _ANSWER_TEXT = {
+    "/feedback": "How many outcomes were stored, and how many were there already.",
+    "/performance": "Realised scores over the rows with outcomes.",
     "/predict": "The answer, per instance or columnar.",
     "/weights": "A record, the gate's weights, or a page.",
     "/admin/reload": "The version now served, and the one before.",
@@ -250,6 +265,16 @@ def weights_parameters(model: LoadedModel) -> list[Schema]:
             params[name] = {"name": name, "in": "query", "required": False, "schema": value,
                             "example": example[name]}  # fmt: skip
     return list(params.values())
+
+
+def performance_parameters() -> list[Schema]:
+    """The rows' filter: the time they were served and the version that served them."""
+    times = {"type": "string", "format": "date-time"}
+    version = {"type": "string", "pattern": r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"}
+    return [
+        {"name": name, "in": "query", "required": False, "schema": schema}
+        for name, schema in (("since", times), ("until", times), ("version", version))
+    ]
 
 
 _REF = re.compile(r"^#/components/schemas/(.+)$")

@@ -24,6 +24,8 @@ from app.contract.answers import (
     RecordPage,
     Reloaded,
 )
+from app.contract.feedback import FeedbackRequest, FeedbackResult
+from app.contract.performance import Performance
 from app.contract.request import PredictRequest
 from app.contract.schema import Components, Schema, Vocabulary
 from app.core.inputs import FLOAT32_MAX
@@ -36,6 +38,8 @@ ANSWERS: dict[str, tuple[type, ...]] = {
     "/predict": (PredictResult,),
     "/weights": (AuditRecord, GateWeights, RecordPage),
     "/admin/reload": (Reloaded,),
+    "/feedback": (FeedbackResult,),
+    "/performance": (Performance,),
 }
 
 
@@ -54,7 +58,7 @@ def components(model: LoadedModel | None, max_rows: int) -> tuple[dict[str, Sche
             max_rows=max_rows,
         )
     comps = Components(vocabulary)
-    described: list[type] = [PredictRequest, ErrorBody, OipError]
+    described: list[type] = [PredictRequest, FeedbackRequest, ErrorBody, OipError]
     for answers in ANSWERS.values():
         described += answers
     for cls in described:

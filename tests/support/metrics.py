@@ -27,7 +27,7 @@ def parse(text: str) -> tuple[Samples, dict[str, str]]:
             continue
         if line.startswith("# TYPE "):
             _, _, name, kind = line.split(" ")
-            assert kind in {"counter", "gauge", "histogram"}
+            assert kind in {"counter", "gauge", "histogram", "summary"}
             types[name] = kind
             continue
         m = SAMPLE.match(line)

@@ -47,6 +47,7 @@ def bearer(key: str) -> dict[str, str]:
         ("GET", "/models", API),
         ("GET", "/v2/models/demo", API),
         ("GET", "/weights", AUDITOR),
+        ("GET", "/performance", AUDITOR),
         ("GET", "/metrics", METRICS),
     ],
 )
@@ -82,6 +83,25 @@ def test_refusals_name_the_header_and_use_each_family_s_error_shape(
     assert oip.status_code == 401 and isinstance(oip.json()["error"], str)
     forbidden = guarded.get("/weights", headers=bearer(API)).json()["error"]
     assert forbidden["code"] == "forbidden" and "auditor role" in forbidden["message"]
+
+
+def test_feedback_opens_with_an_api_key_or_with_keys_of_its_own(
+    guarded: UvicornHarness, bundles: Bundles, tmp_path: Path
+) -> None:
+    body = {"outcomes": [{"request_id": "absent", "outcome": 1}]}
+    assert guarded.post("/feedback", json=body).status_code == 401
+    # Past the guard: the body is judged (no such request id).
+    assert guarded.post("/feedback", json=body, headers=bearer(API)).status_code == 422
+    assert guarded.post("/feedback", json=body, headers=bearer(AUDITOR)).status_code == 403
+    settings = make_settings(
+        bundles.store, tmp_path, api_keys=API, feedback_keys="outcomes-key", auditor_keys=AUDITOR
+    )
+    with UvicornHarness(settings) as app:
+        assert app.post("/feedback", json=body, headers=bearer("outcomes-key")).status_code == 422
+        for other in (API, AUDITOR):
+            r = app.post("/feedback", json=body, headers=bearer(other))
+            assert r.status_code == 403 and "feedback role" in r.json()["error"]["message"]
+        assert app.post("/predict", json=ROW, headers=bearer("outcomes-key")).status_code == 403
 
 
 def test_probes_and_docs_stay_open(guarded: UvicornHarness) -> None:
@@ -123,10 +143,13 @@ def test_key_files_and_both_forms_are_refused_clearly(tmp_path: Path) -> None:
     assert "top-secret-value" not in str(err.value)
 
 
-def test_the_auditor_role_falls_back_to_the_api_keys() -> None:
+def test_the_auditor_and_feedback_roles_fall_back_to_the_api_keys() -> None:
     ring = KeyRing.from_settings(load_settings(api_keys="k1"))
-    assert set(ring.keys) == {Role.DATA, Role.AUDITOR}  # /weights is not left open
-    assert ring.roles_of("k1") == {Role.DATA, Role.AUDITOR}
+    assert set(ring.keys) == {Role.DATA, Role.FEEDBACK, Role.AUDITOR}  # none is left open
+    assert ring.roles_of("k1") == {Role.DATA, Role.FEEDBACK, Role.AUDITOR}
+    own = KeyRing.from_settings(load_settings(api_keys="k1", feedback_keys="f1"))
+    assert own.roles_of("k1") == {Role.DATA, Role.AUDITOR}
+    assert own.roles_of("f1") == {Role.FEEDBACK}
     assert not KeyRing.from_settings(load_settings()).enabled
 
 

@@ -45,7 +45,9 @@ CHECKS = [
 ]
 MIN_CASES = 500
 TIME_BUDGET_S = 90.0
-TAKE_INPUT = frozenset({"/predict", "/weights", "/v2/models/{name}/infer"})
+TAKE_INPUT = frozenset(
+    {"/predict", "/weights", "/feedback", "/performance", "/v2/models/{name}/infer"}
+)
 
 
 def serve(store: Path, name: str, audit_dir: Path) -> UvicornProcess:

@@ -109,6 +109,23 @@ def test_weights_takes_every_feature_as_a_query_parameter(doc: dict[str, Any]) -
     assert params["expert"]["schema"] == {"enum": ["linear", "tree"]}
 
 
+def test_feedback_and_performance_are_typed_by_the_bundle(doc: dict[str, Any]) -> None:
+    schemas = doc["components"]["schemas"]
+    body = operation_schema(doc, "/feedback", "post")["requestBody"]["content"]
+    assert body["application/json"]["schema"] == {"$ref": "#/components/schemas/FeedbackRequest"}
+    outcome = schemas["OutcomeItem"]["properties"]["outcome"]
+    assert outcome["enum"] == ["bad", "good"]  # the classes (as text too: they are text)
+    assert schemas["OutcomeItem"]["required"] == ["request_id", "outcome"]
+    example = next(iter(body["application/json"]["examples"].values()))["value"]
+    validator(doc, "FeedbackRequest").validate(example)
+    assert schemas["FeedbackRequest"]["properties"]["outcomes"]["maxItems"] == 1000
+    report = schemas["Performance"]["properties"]
+    assert report["mixture"] == {"$ref": "#/components/schemas/ClassScores"}
+    assert "RegressionScores" not in schemas
+    params = operation_schema(doc, "/performance", "get")["parameters"]
+    assert [p["name"] for p in params][:3] == ["since", "until", "version"]
+
+
 def test_every_operation_declares_the_errors_it_answers(doc: dict[str, Any]) -> None:
     for path, item in doc["paths"].items():
         for method, op in item.items():

@@ -1,0 +1,154 @@
+"""Outcomes in the trail: the served rows they belong to, storing them all or none, and
+reading their scores back; every function blocks.
+
+``iabma_outcomes`` holds one outcome per served row (a unique key). A batch is written in
+one transaction that first reads what is stored for its rows: a repeat of a stored
+outcome is a duplicate, a different one a conflict, and a conflict stores nothing. Two
+writers racing on one row meet at the unique key; the loser reads again and retries.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy import Connection, Engine, select
+from sqlalchemy.exc import IntegrityError
+
+from app.audit.scores import Served
+from app.audit.tables import outcomes, records
+
+# Request ids per SELECT: well under SQLite's 32766 and PostgreSQL's 65535 parameters.
+IDS_PER_QUERY = 2000
+RETRIES = 5
+
+
+def served(engine: Engine, model: str, request_ids: Sequence[str]) -> dict[str, Served]:
+    """The latest record of each request id (a client may reuse an id) of ``model``."""
+    c = records.c
+    columns = (
+        c.id, c.request_id, c.created_us, c.version, c.task, c.n_instances, c.experts,
+        c.classes, c.weights, c.prediction, c.expert_outputs,
+    )  # fmt: skip
+    found: dict[str, Served] = {}
+    ids = list(dict.fromkeys(request_ids))
+    with engine.connect() as conn:
+        for start in range(0, len(ids), IDS_PER_QUERY):
+            query = (
+                select(*columns)
+                .where(c.model == model, c.request_id.in_(ids[start : start + IDS_PER_QUERY]))
+                .order_by(c.created_us, c.id)
+            )
+            for row in conn.execute(query).cursor.fetchall():
+                found[row[1]] = Served(
+                    int(row[0]), row[1], int(row[2]), row[3], row[4], int(row[5]), row[6],
+                    row[7], bytes(row[8]), bytes(row[9]),
+                    None if row[10] is None else bytes(row[10]),
+                )  # fmt: skip
+    return found
+
+
+@dataclass(frozen=True)
+class NewOutcome:
+    """One row of ``iabma_outcomes``, scored, before it is stored."""
+
+    request_id: str
+    row: int
+    outcome: str  # canonical JSON: the repeat of an outcome is the same text
+    record: Served
+    weights: bytes
+    scores: bytes
+
+    def values(self, model: str, received_us: int) -> dict[str, Any]:
+        rec = self.record
+        return {
+            "model": model, "request_id": self.request_id, "row_index": self.row,
+            "record_id": rec.record_id, "record_us": rec.created_us, "version": rec.version,
+            "received_us": received_us, "outcome": self.outcome, "experts": rec.experts,
+            "weights": self.weights, "scores": self.scores,
+        }  # fmt: skip
+
+
+@dataclass
+class Stored:
+    """What a batch did: its positions stored, or stored before with the same outcome;
+    or, when any differs from a stored one, nothing and those positions with it."""
+
+    accepted: list[int] = field(default_factory=list)
+    duplicates: list[int] = field(default_factory=list)
+    conflicts: list[tuple[int, str]] = field(default_factory=list)  # (position, stored)
+
+
+def store(engine: Engine, model: str, batch: Sequence[NewOutcome], received_us: int) -> Stored:
+    """Insert ``batch`` in one transaction unless a row holds a different outcome."""
+    for attempt in range(RETRIES):
+        try:
+            with engine.connect() as conn:
+                _begin_write(conn)
+                result = _classify(conn, model, batch)
+                if not result.conflicts and result.accepted:
+                    rows = [batch[k].values(model, received_us) for k in result.accepted]
+                    conn.execute(outcomes.insert(), rows)
+                if result.conflicts:
+                    conn.rollback()
+                else:
+                    conn.commit()
+                return result
+        except IntegrityError:
+            # Another writer stored one of these rows after they were read: read again.
+            if attempt == RETRIES - 1:
+                raise
+    raise AssertionError("unreachable")
+
+
+def _begin_write(conn: Connection) -> None:
+    """SQLite: take the write lock before reading, so that no writer slips in between the
+    read and the insert (a deferred transaction would fail to upgrade its lock then)."""
+    if conn.dialect.name == "sqlite":
+        conn.exec_driver_sql("BEGIN IMMEDIATE")
+
+
+def _classify(conn: Connection, model: str, batch: Sequence[NewOutcome]) -> Stored:
+    c = outcomes.c
+    ids = list(dict.fromkeys(item.request_id for item in batch))
+    stored: dict[tuple[str, int], str] = {}
+    for start in range(0, len(ids), IDS_PER_QUERY):
+        query = select(c.request_id, c.row_index, c.outcome).where(
+            c.model == model, c.request_id.in_(ids[start : start + IDS_PER_QUERY])
+        )
+        for rid, row, outcome in conn.execute(query).cursor.fetchall():
+            stored[(rid, int(row))] = outcome
+    result = Stored()
+    for k, item in enumerate(batch):
+        before = stored.get((item.request_id, item.row))
+        if before is None:
+            result.accepted.append(k)
+        elif before == item.outcome:
+            result.duplicates.append(k)
+        else:
+            result.conflicts.append((k, before))
+    return result
+
+
+def scored(
+    engine: Engine,
+    model: str,
+    since_us: int | None = None,
+    until_us: int | None = None,
+    version: str | None = None,
+) -> list[tuple[int, str, bytes, bytes]]:
+    """``(record_us, experts, weights, scores)`` of every outcome of ``model`` whose
+    prediction was served in ``[since_us, until_us)`` (by ``version``), oldest first."""
+    c = outcomes.c
+    conditions = [c.model == model]
+    if since_us is not None:
+        conditions.append(c.record_us >= since_us)
+    if until_us is not None:
+        conditions.append(c.record_us < until_us)
+    if version is not None:
+        conditions.append(c.version == version)
+    query = select(c.record_us, c.experts, c.weights, c.scores).where(*conditions)
+    with engine.connect() as conn:
+        rows = conn.execute(query.order_by(c.record_us)).cursor.fetchall()
+    return list(rows)
