@@ -85,6 +85,16 @@ class Settings(BaseSettings):
         ),
     )
     batch_max_rows: int = Field(256, ge=1, le=100_000, description="rows in one batched run")
+    # -- drift of the gate's weights without labels (app/metrics/drift.py) --
+    drift_window_seconds: float = Field(
+        3600.0,
+        ge=60,
+        le=7 * 86_400,
+        description="the sliding window of served weights compared with the training rows",
+    )
+    drift_min_rows: int = Field(
+        100, ge=1, le=10_000_000, description="rows the window needs before drift is reported"
+    )
     drain_seconds: float = Field(
         0.0, ge=0, le=300, description="after SIGTERM, keep serving this long with /readyz 503"
     )

@@ -19,6 +19,7 @@ from app.bundle.columns import numeric_column, string_column
 from app.bundle.manifest import (
     LATEST_FILE,
     MANIFEST_FILE,
+    READABLE_VERSIONS,
     SCHEMA_VERSION,
     Manifest,
     check_safe_name,
@@ -72,11 +73,12 @@ def read_manifest(path: Path) -> Manifest:
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise BundleError(f"{file} is not valid JSON: {exc}") from None
     found = data.get("schema_version") if isinstance(data, dict) else None
-    if isinstance(found, int) and not isinstance(found, bool) and found != SCHEMA_VERSION:
+    if isinstance(found, int) and not isinstance(found, bool) and found not in READABLE_VERSIONS:
         older = found < SCHEMA_VERSION
+        first, last = READABLE_VERSIONS[0], READABLE_VERSIONS[-1]
         raise BundleError(
             f"{file} has schema_version {found}; this server reads schema_version "
-            f"{SCHEMA_VERSION}. "
+            f"{first} to {last}. "
             + (
                 "Re-export the bundle with this release's `iabma train`."
                 if older

@@ -9,13 +9,16 @@ from __future__ import annotations
 
 import re
 from datetime import datetime
+from itertools import pairwise
 from typing import Annotated, Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from app.bundle.normalise import Normaliser
 
-SCHEMA_VERSION: Final = 3
+SCHEMA_VERSION: Final = 4
+# Version 4 added the gate's weight histogram; a version-3 bundle serves without drift.
+READABLE_VERSIONS: Final = (3, 4)
 MANIFEST_FILE = "manifest.json"
 LATEST_FILE = "LATEST"
 # Categorical missing values travel through every ONNX graph as this string, so the
@@ -148,6 +151,26 @@ class PriorSpec(_Strict):
     energy_scale: Literal["unit", "sigma"] = "unit"
 
 
+class WeightHistogram(_Strict):
+    """How the gate's weights fell on its training rows: per expert, its rows in each bin
+    of ``edges`` (``[e_k, e_{k+1})``, the last bin closed). The server compares the weights
+    it serves with it (:mod:`app.bundle.drift`)."""
+
+    edges: list[float]
+    counts: dict[str, list[int]]
+    rows: int = Field(ge=1)
+
+    @model_validator(mode="after")
+    def _bins(self) -> WeightHistogram:
+        e = self.edges
+        if len(e) < 2 or e[0] != 0.0 or e[-1] != 1.0 or any(a >= b for a, b in pairwise(e)):
+            raise ValueError("edges must rise from 0 to 1")
+        for name, counts in self.counts.items():
+            if len(counts) != len(e) - 1 or min(counts) < 0 or sum(counts) != self.rows:
+                raise ValueError(f"{name}: one count per bin, adding up to rows, is needed")
+        return self
+
+
 class GateEntry(_Strict):
     file: str
     sha256: str
@@ -156,6 +179,7 @@ class GateEntry(_Strict):
     output: str = "weights"
     params: dict[str, Any] = Field(default_factory=dict)
     prior: PriorSpec | None = None
+    weight_histogram: WeightHistogram | None = None
 
     @field_validator("sha256")
     @classmethod
@@ -186,7 +210,7 @@ class MixtureSpec(_Strict):
 
 
 class Manifest(_Strict):
-    schema_version: Literal[3] = SCHEMA_VERSION
+    schema_version: Literal[3, 4] = SCHEMA_VERSION
     name: str
     version: str
     task: Task
@@ -235,6 +259,9 @@ class Manifest(_Strict):
                 raise ValueError("every regression expert needs sigma and output_units")
         if self.gate.prior is not None and len(self.gate.prior.baseline) != len(experts):
             raise ValueError("the prior baseline needs one value per expert")
+        histogram = self.gate.weight_histogram
+        if histogram is not None and sorted(histogram.counts) != sorted(experts):
+            raise ValueError("the gate's weight histogram needs one count list per expert")
         files = [e.file for e in self.experts] + [self.gate.file, self.ensemble.file]
         if len(set(files)) != len(files):
             raise ValueError("bundle files must be distinct")

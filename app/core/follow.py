@@ -95,7 +95,9 @@ class LatestFollower:
         self.refused = None
         labels = (model.name, model.version)
         self.metrics.reloads.inc((*labels, "ok"))
-        self.metrics.serving(labels, (previous.name, previous.version) if previous else None)
+        before = (previous.name, previous.version) if previous else None
+        histogram = model.manifest.gate.weight_histogram
+        self.metrics.serving(labels, before, model.experts, histogram)
         outcome = Outcome(previous, model)
         if outcome.changed:
             old = previous.version if previous else None

@@ -74,7 +74,7 @@ class Service:
         self.settings = settings
         self.tracing = tracing if tracing is not None else Tracing(None)
         self.runtime = ModelRuntime(settings)
-        self.metrics = ServiceMetrics()
+        self.metrics = ServiceMetrics(settings.drift_window_seconds, settings.drift_min_rows)
         self.store: AuditStore | None = None
         self.writer: AuditWriter | None = None
         self.in_flight = 0  # requests inside infer(), which the batcher waits for
@@ -114,7 +114,8 @@ class Service:
         log.info(
             "serving %s version %s from %s", model.name, model.version, model.predictor.bundle.path
         )
-        self.metrics.serving((model.name, model.version), None)
+        histogram = model.manifest.gate.weight_histogram
+        self.metrics.serving((model.name, model.version), None, model.experts, histogram)
         self._tasks.append(
             asyncio.create_task(self.metrics.run_flusher(self._audit_depth), name="iabma-metrics")
         )

@@ -17,6 +17,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
+from app.bundle.manifest import WeightHistogram
 from app.metrics.buffer import (
     CounterBuffer,
     GaugeBuffer,
@@ -24,6 +25,7 @@ from app.metrics.buffer import (
     Labels,
     SummaryBuffer,
 )
+from app.metrics.drift import DriftCollector, WeightWindow
 from app.metrics.families import (
     BATCH_BUCKETS,
     GRAPH_BUCKETS,
@@ -46,7 +48,7 @@ _GC_SEEN = [[0, 0, 0] for _ in range(3)]
 class ServiceMetrics:
     """Buffered families of one app; ``flush`` shares them, ``render`` exposes all workers."""
 
-    def __init__(self) -> None:
+    def __init__(self, drift_window_seconds: float = 3600.0, drift_min_rows: int = 100) -> None:
         from prometheus_client import CollectorRegistry, PlatformCollector
         from prometheus_client.multiprocess import MultiProcessCollector
 
@@ -68,15 +70,19 @@ class ServiceMetrics:
         self.refused = GaugeBuffer(f.refused)
         self.feedback = CounterBuffer(f.feedback)
         self.realised_nll = SummaryBuffer(f.realised_nll)
+        self.window = WeightWindow(drift_window_seconds)
+        self.window_rows = GaugeBuffer(f.drift_window)
         self._buffers = (
             self.requests, self.request_seconds, self.rows, self.graph_seconds,
             self.batch_requests, self.batch_waits, self.gate_weight, self.audit_depth,
             self.audit_commit_seconds, self.audit_records, self.audit_failures, self.reloads,
-            self.served, self.refused, self.feedback, self.realised_nll,
+            self.served, self.refused, self.feedback, self.realised_nll, self.window_rows,
         )  # fmt: skip
         self._gc = (f.gc_collections, f.gc_collected, f.gc_uncollectable)
         self.registry = CollectorRegistry(auto_describe=False)
-        MultiProcessCollector(self.registry, path=str(self.directory))
+        shared = MultiProcessCollector(None, path=str(self.directory))
+        self.drift = DriftCollector(shared, self.window, drift_min_rows)
+        self.registry.register(self.drift)
         self.registry.register(WorkerProcessCollector(self.directory))
         PlatformCollector(registry=self.registry)
 
@@ -91,6 +97,7 @@ class ServiceMetrics:
             self.batch_waits.inc(model)
 
     def observe_weights(self, model: Labels, experts: Sequence[str], weights: np.ndarray) -> None:
+        self.window.observe(model, weights)
         if weights.shape[0] <= _FEW_ROWS:  # numpy's per-call cost exceeds a few bisects
             for row in weights.tolist():
                 for expert, w in zip(experts, row, strict=True):
@@ -107,8 +114,17 @@ class ServiceMetrics:
         for name, total in zip((MIXTURE, *experts), nll.sum(axis=0).tolist(), strict=True):
             self.realised_nll.observe_total((*model, name), k, total)
 
-    def serving(self, model: Labels, previous: Labels | None) -> None:
-        """Mark ``model`` as this worker's served version (and ``previous`` as no longer)."""
+    def serving(
+        self,
+        model: Labels,
+        previous: Labels | None,
+        experts: Sequence[str] = (),
+        histogram: WeightHistogram | None = None,
+    ) -> None:
+        """Mark ``model`` as this worker's served version (and ``previous`` as no longer);
+        watch its weights for drift against ``histogram``, its training rows' weights."""
+        if histogram is not None:
+            self.window.watch(model, experts, histogram)
         if previous is not None and previous != model:
             self.served.set(previous, 0)
         self.served.set(model, 1)
@@ -117,6 +133,7 @@ class ServiceMetrics:
     # -- sharing and exposing ----------------------------------------------------------------
     def flush(self) -> None:
         """Move this process's buffered updates into the shared files (event loop thread)."""
+        self.window.share(self.window_rows)
         for buffer in self._buffers:
             buffer.flush()
         with _GC_LOCK:

@@ -40,6 +40,7 @@ class Families:
     refused: Any
     feedback: Any
     realised_nll: Any
+    drift_window: Any
     gc_collections: Any
     gc_collected: Any
     gc_uncollectable: Any
@@ -141,6 +142,15 @@ def families() -> Families:
             "Realised NLL of each accepted outcome under what was served, per expert and for "
             'the mixture (expert="mixture"); rate(_sum) / rate(_count) is the mean.',
             (*MODEL_LABELS, "expert"),
+            registry=None,
+        ),
+        drift_window=Gauge(
+            "iabma_weight_window_rows",
+            "Rows served in the drift window (IABMA_DRIFT_WINDOW_SECONDS) by expert and bin of "
+            "its gate weight (bin: the bin's upper edge), all live workers; "
+            "iabma_weight_drift compares them with the training rows.",
+            (*MODEL_LABELS, "expert", "bin"),
+            multiprocess_mode="livesum",
             registry=None,
         ),
         gc_collections=gc_counter(

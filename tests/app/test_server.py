@@ -12,6 +12,8 @@ import httpx
 
 from tests.support.bundles import TEST_HASH_KEY, Bundles, audited, pg_count
 from tests.support.harness import PYTHON, ROOT, UvicornProcess
+from tests.support.metrics import parse, total
+from tests.support.services import wait_for
 
 N = 40
 
@@ -80,6 +82,13 @@ def test_two_workers_share_one_postgres_trail(
             assert back.json()["predictions"] == audited(r.json()["predictions"])
         page = httpx.get(served.base_url + "/weights", params={"limit": 1000}).json()
         assert page["aggregate"]["records"] == N
+
+        def window_rows() -> float:
+            samples, _ = parse(httpx.get(served.base_url + "/metrics").text)
+            return total(samples, "iabma_weight_window_rows", expert="poly3")
+
+        # Each worker shares its drift window within a second; any scrape adds up both.
+        wait_for(lambda: window_rows() == N, 10, "both workers' drift windows")
         _, _, err = served.terminate()
     assert "Traceback" not in err, err
     assert list(cwd.iterdir()) == [], "with a PostgreSQL trail the app writes nothing locally"

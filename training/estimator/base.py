@@ -23,6 +23,7 @@ import pandas as pd
 from sklearn.base import BaseEstimator, clone
 
 from app.bundle.columns import Columns
+from app.bundle.drift import weight_counts
 from app.bundle.normalise import Normaliser, rule_for
 from app.bundle.prior import expert_energy, prior_from_energy
 from training.combiners.base import Combiner
@@ -226,6 +227,8 @@ class _IABMABase(BaseEstimator):
         self.combiner_ = self._make_combiner().fit(Z, evidence)
         self.gate_fit_seconds_ = time.perf_counter() - t0
         self.mixture_temperature_ = float(getattr(self.combiner_, "temperature_", 1.0))
+        # How the weights fell on the training rows: the bundle's reference for drift.
+        self.gate_weight_counts_ = weight_counts(self.combiner_.weights(Z))
         return self
 
     def fit(self, X: Any, y: Any) -> _IABMABase:

@@ -22,6 +22,7 @@ import numpy as np
 import onnxruntime as ort
 import pandas as pd
 
+from app.bundle.drift import WEIGHT_EDGES
 from app.bundle.loader import sha256_file
 from app.bundle.manifest import (
     MANIFEST_FILE,
@@ -32,6 +33,7 @@ from app.bundle.manifest import (
     MixtureSpec,
     PriorSpec,
     TargetSpec,
+    WeightHistogram,
     check_safe_name,
 )
 from app.bundle.pointer import fsync_dir, publish_latest
@@ -100,6 +102,19 @@ def _target(est: IABMAClassifier | IABMARegressor, target_name: str) -> TargetSp
         return TargetSpec(name=target_name, classes=labels)
     return TargetSpec(
         name=target_name, mean=est.y_mean_, scale=est.y_scale_, low=est.y_low_, high=est.y_high_
+    )
+
+
+def weight_histogram(est: IABMAClassifier | IABMARegressor) -> WeightHistogram | None:
+    """The gate's weights on its training rows, per expert (None for an estimator fitted
+    before they were counted)."""
+    counts = getattr(est, "gate_weight_counts_", None)
+    if counts is None:
+        return None
+    return WeightHistogram(
+        edges=list(WEIGHT_EDGES),
+        counts={name: c.tolist() for name, c in zip(est.expert_names_, counts, strict=True)},
+        rows=int(counts[0].sum()),
     )
 
 
@@ -205,6 +220,7 @@ def export_bundle(
                 inputs=est.encoder_.schema.inputs,
                 params=comb.manifest_params(),
                 prior=prior,
+                weight_histogram=weight_histogram(est),
             ),
             ensemble=EnsembleEntry(
                 file=ENSEMBLE_FILE,

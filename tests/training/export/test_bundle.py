@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from app.bundle.drift import WEIGHT_EDGES, weight_counts
 from app.bundle.loader import BundleError, open_bundle, read_manifest, resolve_version
 from app.bundle.predictor import BundlePredictor
 from training.errors import ParameterError
@@ -115,7 +116,12 @@ def test_a_swapped_gate_is_refused(credit_bundle, california_bundle, copy_of) ->
         (lambda m: m.update(surprise=True), "surprise: Extra inputs are not permitted"),
         (lambda m: m.pop("experts"), "experts: Field required"),
         (lambda m: m["experts"].pop(), "the prior baseline needs one value per expert"),
-        (lambda m: (m["experts"].pop(), m["gate"].update(prior=None)), "gate outputs 4 weights"),
+        (
+            lambda m: (m["experts"].pop(), m["gate"].update(prior=None, weight_histogram=None)),
+            "gate outputs 4 weights",
+        ),
+        (lambda m: m["gate"]["weight_histogram"]["counts"].pop("knn"), "one count list per"),
+        (lambda m: m["gate"]["weight_histogram"].update(edges=[0, 0.5, 1]), "one count per bin"),
         (lambda m: m["experts"][0].update(file="../../etc/passwd"), "relative path inside"),
         (lambda m: m["gate"].update(sha256="XYZ"), "sha256 must be 64 lowercase hex"),
     ],
@@ -127,6 +133,25 @@ def test_a_bad_manifest_is_refused(credit_bundle, copy_of, edit, message) -> Non
     (b / "manifest.json").write_text(json.dumps(data))
     with pytest.raises(BundleError, match=message):
         open_bundle(b)
+
+
+def test_the_gate_weight_histogram_counts_the_training_rows(credit_fit, credit_bundle) -> None:
+    est, X = credit_fit.est, credit_fit.train.X
+    h = read_manifest(credit_bundle).gate.weight_histogram
+    assert h is not None and h.edges == list(WEIGHT_EDGES)
+    assert h.rows == len(X)
+    want = weight_counts(est.weights(X))
+    for name, counts in zip(est.expert_names_, want, strict=True):
+        assert np.abs(np.array(h.counts[name]) - counts).sum() <= 2, name  # ties at an edge
+
+
+def test_a_version_3_bundle_serves_without_a_histogram(credit_bundle, copy_of) -> None:
+    b = copy_of(credit_bundle)
+    data = json.loads((b / "manifest.json").read_text())
+    data["schema_version"] = 3
+    del data["gate"]["weight_histogram"]
+    (b / "manifest.json").write_text(json.dumps(data))
+    assert open_bundle(b).manifest.gate.weight_histogram is None
 
 
 def test_unparseable_or_missing_pieces_are_refused(credit_bundle, copy_of) -> None:
