@@ -220,6 +220,13 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help="with --ratio: another checkout (e.g. `git archive main`) whose server takes "
         "its turn in every round",
     )
+    p.add_argument(
+        "--baseline-store",
+        type=Path,
+        default=None,
+        help="the bundle store the baseline serves (default --store), for a baseline that "
+        "cannot read bundles this checkout writes",
+    )
     p.add_argument("--out", type=Path, default=REPO / "bench" / "results")
     p.add_argument(
         "--quiet-wait",
@@ -255,7 +262,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     procs.install_cleanup()
     wrk_binary()  # no wrk, no benchmark: fail now rather than after the floors
     baseline = str(args.baseline.resolve()) if args.baseline is not None else ""
-    plan = build_plan(args.bundle_list, args.mode, args.rounds, baseline)
+    base_store = str(args.baseline_store.resolve()) if args.baseline_store is not None else ""
+    plan = build_plan(args.bundle_list, args.mode, args.rounds, baseline, base_store)
     if any(r.route == "grpc" for g in plan for r in g.runs):
         h2load_binary()
     skipped_ml = [g for g in plan if g.server.kind == "mlserver"] if args.skip_mlserver else []

@@ -43,6 +43,7 @@ class ServerSpec:
     workers: int = 1
     audit: str = "-"  # ours and the baseline only: "sqlite", "postgres" or "off"
     tree: str = ""  # the baseline's checkout
+    store: str = ""  # the baseline's bundle store, when it cannot read this checkout's
 
     @property
     def label(self) -> str:
@@ -150,21 +151,21 @@ def _bundle_oip(b: str) -> list[Group]:
     ]
 
 
-def _bundle_ratio(b: str, rounds: int, baseline: str) -> list[Group]:
+def _bundle_ratio(b: str, rounds: int, baseline: str, store: str) -> list[Group]:
     """Ours (and the baseline) against the bare peer, single-row c32, ``rounds`` times in
     turn."""
     load = [("predict", 1, [32])]
     turn = [_group(ServerSpec("ours", b, 1, "sqlite"), load), _group(ServerSpec("bare", b), load)]
     if baseline:
-        turn.append(_group(ServerSpec("baseline", b, 1, "sqlite", baseline), load))
+        turn.append(_group(ServerSpec("baseline", b, 1, "sqlite", baseline, store), load))
     return turn * rounds
 
 
 def build_plan(
-    bundles: Sequence[str], mode: str, rounds: int = 1, baseline: str = ""
+    bundles: Sequence[str], mode: str, rounds: int = 1, baseline: str = "", store: str = ""
 ) -> list[Group]:
     if mode == "ratio":
-        return [g for b in bundles for g in _bundle_ratio(b, rounds, baseline)]
+        return [g for b in bundles for g in _bundle_ratio(b, rounds, baseline, store)]
     per_bundle = {
         "quick": _bundle_quick,
         "default": _bundle_default,

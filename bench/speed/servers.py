@@ -50,7 +50,8 @@ def launch(
                 url = f"sqlite:///{workdir / f'audit-{spec.bundle}-{port}.db'}"
             # A baseline checkout may lack the generated gRPC stubs; it serves REST only.
             grpc_port = procs.free_port() if spec.kind == "ours" else None
-            settings = OursSettings(b.store, b.name, spec.workers, spec.audit, url, grpc_port)
+            store = Path(spec.store) if spec.store else b.store
+            settings = OursSettings(store, b.name, spec.workers, spec.audit, url, grpc_port)
             argv, env = ours_command(settings, port)
             if spec.kind == "baseline":
                 env["PYTHONPATH"] = spec.tree
