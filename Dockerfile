@@ -24,8 +24,8 @@ WORKDIR /src
 # the install below on every docs edit; setuptools builds without it.
 # setup.py generates the gRPC stubs of app/oip_grpc/*.proto while the package is built.
 COPY pyproject.toml setup.py ./
-# app/ alone: the serving commands (iabma serve, promote, rollback, audit-sums) are in it,
-# and training/ (torch, scikit-learn) has no place in this image.
+# app/ alone: the serving commands (iabma serve, promote, rollback, audit-sums, feedback)
+# are in it, and training/ (torch, scikit-learn) has no place in this image.
 COPY app ./app
 # Non-editable, like a wheel: the code lands in the venv's site-packages.
 RUN /opt/venv/bin/pip install --no-cache-dir '.[serve]'

@@ -12,11 +12,11 @@ from cron: it reads ``IABMA_AUDIT_URL`` as the server does, may run beside live 
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 from typing import Any
 
 from app.cli.errors import CommandError, option_fault
+from app.cli.progress import ProgressBar
 from app.cli.text import help_text
 
 
@@ -62,15 +62,9 @@ def run(args: argparse.Namespace) -> int:
             total = int(conn.execute(query).scalar_one())
         print(f"{args.name}: {total:,} records to sum, up to {iso_from_us(cut)}")
         began = time.perf_counter()
-
-        def progress(done: int) -> None:
-            share = done / total if total else 1.0
-            bar = "#" * int(30 * share)
-            print(f"\r[{bar:<30}] {done:,} of {total:,} records", end="", file=sys.stderr)
-
-        through = rollup.sum_sealed(store.engine, args.name, cut, progress if total else None)
-        if total >= 50_000:
-            print(file=sys.stderr)
+        bar = ProgressBar(total, "records")
+        through = rollup.sum_sealed(store.engine, args.name, cut, bar.update if total else None)
+        bar.close()
         took = time.perf_counter() - began
         before = iso_from_us(through)
         print(f"{args.name}: every sealed bucket before {before} is summed ({took:.1f} s)")

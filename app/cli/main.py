@@ -1,5 +1,5 @@
-"""``iabma``: serve a bundle and move its ``LATEST``; with the training side, also train,
-check and benchmark.
+"""``iabma``: serve a bundle, move its ``LATEST`` and post outcomes to it; with the
+training side, also train, check and benchmark.
 
 The training commands come from the ``iabma.commands`` entry points; where ``training``
 is not installed (the serving image) they are listed and refuse with a clear message.
@@ -19,7 +19,7 @@ from importlib.metadata import EntryPoint, entry_points
 from types import TracebackType
 from typing import Any, TextIO
 
-from app.cli import audit_sums, rollout, serve
+from app.cli import audit_sums, feedback, rollout, serve
 from app.cli.errors import CommandError, CommandWarning
 
 DESCRIPTION = (
@@ -46,6 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_parser(sub)
     rollout.add_parsers(sub)
     audit_sums.add_parser(sub)
+    feedback.add_parser(sub)
     for ep in plugins:
         if ep.name not in FIRST:
             _add_plugin(sub, ep)

@@ -10,7 +10,7 @@ from typing import Any, TypeVar
 import httpx
 
 from app.client import batches, columnar, results
-from app.client.calls import Requests, rows_list
+from app.client.calls import Requests, outcome_items, rows_list
 from app.client.core import USER_AGENT, Call, RetryPolicy
 
 DEFAULT_TIMEOUT = 10.0
@@ -21,7 +21,8 @@ class ClientBase:
     """Holds the settings; subclasses own the httpx client and drive :func:`core.plan`.
 
     ``api_key`` is sent as ``Authorization: Bearer <key>``; ``auditor_key``, when given,
-    replaces it on ``/weights``. ``retry`` sets the retry policy (``core.NO_RETRY`` turns
+    replaces it on ``/weights`` and ``/performance``, and ``feedback_key`` on
+    ``/feedback``. ``retry`` sets the retry policy (``core.NO_RETRY`` turns
     retries off). With ``gzip=True`` request bodies of ``gzip_min_bytes`` or more are sent
     with ``Content-Encoding: gzip``. ``transport`` and ``http_options`` go to httpx as they
     are (e.g. ``verify=`` or ``limits=``).
@@ -33,6 +34,7 @@ class ClientBase:
         *,
         api_key: str | None = None,
         auditor_key: str | None = None,
+        feedback_key: str | None = None,
         timeout: float | httpx.Timeout = DEFAULT_TIMEOUT,
         retry: RetryPolicy | None = None,
         gzip: bool = False,
@@ -48,7 +50,7 @@ class ClientBase:
             raise ValueError(f"gzip_min_bytes must be >= 0, got {gzip_min_bytes}")
         self.base_url = base_url.rstrip("/")
         self.retry = retry or RetryPolicy()
-        self._calls = Requests(api_key, auditor_key, gzip, gzip_min_bytes)
+        self._calls = Requests(api_key, auditor_key, gzip, gzip_min_bytes, feedback_key)
         self._rng = random.Random(seed)
         self._http_kwargs: dict[str, Any] = {
             "base_url": self.base_url,
@@ -95,6 +97,14 @@ class ClientBase:
             calls.append((offset, call))
             offset += len(part)
         return calls
+
+    def _feedback_calls(
+        self, outcomes: Iterable[Any], batch_rows: int
+    ) -> list[tuple[int, Call[results.FeedbackResult]]]:
+        """``[(first outcome, call), ...]``: one call per batch of ``batch_rows`` outcomes."""
+        parts = batches.split(outcome_items(outcomes), batch_rows)
+        offsets = [sum(len(p) for p in parts[:k]) for k in range(len(parts))]
+        return [(at, self._calls.feedback(part)) for at, part in zip(offsets, parts, strict=True)]
 
     def _weights_call(
         self,

@@ -1,6 +1,7 @@
 """More rows than one request takes: split into batches of ``batch_rows``, answers joined
 back in row order. Each batch is its own audited request (``<id>.<k>``), and an error
-names the row in the whole frame (``instances[2517].age``)."""
+names the row in the whole frame (``instances[2517].age``), or the outcome among all the
+outcomes sent (``outcomes[2517].outcome``)."""
 
 from __future__ import annotations
 
@@ -11,11 +12,11 @@ from typing import Any
 
 from app.client.columnar import ColumnarResult
 from app.client.errors import ClientError, FieldError, InvalidResponse
-from app.client.results import PredictResult
+from app.client.results import FeedbackResult, PredictResult
 from app.contract.request import REQUEST_ID
 
 DEFAULT_BATCH_ROWS = 1000  # the service's default IABMA_MAX_BATCH_ROWS
-_INSTANCE = re.compile(r"^instances\[(\d+)\]")
+_INSTANCE = re.compile(r"^(instances|outcomes)\[(\d+)\]")
 # The fields that hold one entry per row.
 _ROWS = (
     "label", "probabilities", "mean", "std", "lower", "upper", "weights", "expert_labels",
@@ -55,12 +56,13 @@ def batch_ids(request_id: str | None, batches: int) -> list[str | None]:
 
 
 def shift(err: ClientError, offset: int) -> ClientError:
-    """``err`` with its ``instances[i]`` fields counted from the frame's first row."""
+    """``err`` with its ``instances[i]`` (or ``outcomes[i]``) fields counted from the
+    first row of all."""
     if offset == 0:
         return err
 
     def moved(name: str) -> str:
-        return _INSTANCE.sub(lambda m: f"instances[{int(m.group(1)) + offset}]", name, count=1)
+        return _INSTANCE.sub(lambda m: f"{m.group(1)}[{int(m.group(2)) + offset}]", name, count=1)
 
     err.field = moved(err.field)
     err.details = tuple(FieldError(d.code, d.message, moved(d.field)) for d in err.details)
@@ -76,6 +78,13 @@ def _same_model(parts: Sequence[ColumnarResult | PredictResult]) -> None:
                 f"batches (request {part.request_id}); send the rows again",
                 request_id=part.request_id,
             )
+
+
+def join_feedback(parts: Sequence[FeedbackResult]) -> FeedbackResult:
+    """The batches' counts, added up."""
+    return FeedbackResult(
+        accepted=sum(p.accepted for p in parts), duplicates=sum(p.duplicates for p in parts)
+    )
 
 
 def join_rows(parts: Sequence[PredictResult]) -> PredictResult:

@@ -57,6 +57,28 @@ def rows_list(rows: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
     return list(rows)
 
 
+def outcome_items(outcomes: Iterable[Any]) -> list[dict[str, Any]]:
+    """Outcomes as the body's items: mappings with ``request_id``, ``row`` (0 when left
+    out) and ``outcome``, or ``(request_id, row, outcome)`` tuples."""
+    if isinstance(outcomes, (str, bytes, Mapping)):
+        raise TypeError(
+            f"outcomes: expected a list of outcomes, got {type(outcomes).__name__}; each is "
+            "a mapping with request_id, row and outcome, or a (request_id, row, outcome) tuple"
+        )
+    items = []
+    for k, item in enumerate(outcomes):
+        if isinstance(item, Mapping):
+            items.append(dict(item))
+        elif isinstance(item, tuple) and len(item) == 3:
+            items.append({"request_id": item[0], "row": item[1], "outcome": item[2]})
+        else:
+            raise TypeError(
+                f"outcomes[{k}]: expected a mapping or a (request_id, row, outcome) tuple, "
+                f"got {item!r}"
+            )
+    return items
+
+
 def _json_default(value: Any) -> Any:
     item = getattr(value, "item", None)
     if item is not None:
@@ -76,6 +98,7 @@ class Requests:
     auditor_key: str | None = None
     gzip: bool = False
     gzip_min_bytes: int = 1024
+    feedback_key: str | None = None
 
     def _auth(self, key: str | None) -> dict[str, str]:
         return {"Authorization": f"Bearer {key}"} if key else {}
@@ -112,6 +135,25 @@ class Requests:
         headers.update(self._auth(self.api_key))
         headers["X-Request-ID"] = rid
         return Call("POST", "/predict", parse, body=body, headers=headers, request_id=rid)
+
+    def feedback(self, items: list[dict[str, Any]]) -> Call[results.FeedbackResult]:
+        """Retried like any idempotent call: a repeat of stored outcomes is a duplicate."""
+        body, headers = self._json({"outcomes": items})
+        headers.update(self._auth(self.feedback_key or self.api_key))
+        return Call("POST", "/feedback", results.feedback_result, body=body, headers=headers)
+
+    def performance(
+        self,
+        *,
+        since: datetime | str | None = None,
+        until: datetime | str | None = None,
+        version: str | None = None,
+    ) -> Call[results.Performance]:
+        given = {"since": since, "until": until, "version": version}
+        params = tuple((k, _text(v, k)) for k, v in given.items() if v is not None)
+        key = self.auditor_key or self.api_key
+        return Call("GET", "/performance", results.performance, params=params,
+                    headers=self._auth(key))  # fmt: skip
 
     def models(self) -> Call[results.ModelInfo]:
         return Call("GET", "/models", results.model_info, headers=self._auth(self.api_key))

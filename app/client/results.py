@@ -24,20 +24,27 @@ from app.contract.answers import (
     RecordPage,
     RegressionPrediction,
 )
+from app.contract.feedback import FeedbackResult
+from app.contract.performance import ClassScores, Performance, RegressionScores, TrustBin
 from app.contract.reader import Unreadable, read
 
 __all__ = [
     "AuditRecord",
     "ClassPrediction",
+    "ClassScores",
     "ExpertInfo",
     "Feature",
+    "FeedbackResult",
     "GateWeights",
     "InstanceResult",
     "Label",
     "ModelInfo",
+    "Performance",
     "PredictResult",
     "RecordPage",
     "RegressionPrediction",
+    "RegressionScores",
+    "TrustBin",
 ]
 T = TypeVar("T")
 
@@ -94,6 +101,14 @@ def gate_weights(body: Any) -> GateWeights:
 
 def record_page(body: Any) -> RecordPage:
     return _read(RecordPage, body, "a page of audit records")
+
+
+def feedback_result(body: Any) -> FeedbackResult:
+    return _read(FeedbackResult, body, "the /feedback answer")
+
+
+def performance(body: Any) -> Performance:
+    return _read(Performance, body, "the /performance answer")
 
 
 def _obj(value: Any, what: str) -> Mapping[str, Any]:

@@ -98,6 +98,31 @@ class Client(ClientBase):
     def models(self) -> results.ModelInfo:
         return self._run(self._calls.models())
 
+    def feedback(
+        self, outcomes: Iterable[Any], *, batch_rows: int = batches.DEFAULT_BATCH_ROWS
+    ) -> results.FeedbackResult:
+        """Outcomes for rows of past predictions: mappings with ``request_id``, ``row``
+        (0 when left out) and ``outcome`` (a class as ``predict`` returned the label, or
+        the observed number), or ``(request_id, row, outcome)`` tuples.
+
+        More than ``batch_rows`` go in several requests, one after another, each stored
+        whole or not at all; the counts are added up. A fault names its outcome among all
+        of them (``outcomes[2517].outcome``); the batches before it were stored, and
+        sending them again only counts them as duplicates."""
+        return batches.join_feedback(self._run_batches(self._feedback_calls(outcomes, batch_rows)))
+
+    def performance(
+        self,
+        *,
+        since: datetime | str | None = None,
+        until: datetime | str | None = None,
+        version: str | None = None,
+    ) -> results.Performance:
+        """Realised scores over the rows with outcomes served between ``since`` and
+        ``until`` (by ``version``): the mixture's, each expert's, the best expert in
+        hindsight and the regret, trust calibration and time buckets."""
+        return self._run(self._calls.performance(since=since, until=until, version=version))
+
     @overload
     def weights(self, *, request_id: str) -> results.AuditRecord: ...
     @overload

@@ -215,7 +215,7 @@ def run_iabma(
     )  # fmt: skip
 
 
-SERVING = ("serve", "promote", "rollback", "audit-sums")
+SERVING = ("serve", "promote", "rollback", "audit-sums", "feedback")
 TRAINING = ("train", "check", "bench")
 
 
@@ -235,7 +235,7 @@ def test_iabma_runs_the_serving_commands_and_names_what_training_needs(
         assert f"iabma {command}: error: needs the training side (training/)" in res.stderr
 
 
-def test_iabma_promotes_serves_rolls_back_and_sums_without_training(
+def test_iabma_promotes_serves_posts_outcomes_rolls_back_and_sums_without_training(
     image_venv: ImageVenv, dockerfile: list[Stage], demo_store: Path, procs: Processes,
     tmp_path: Path,
 ) -> None:  # fmt: skip
@@ -257,6 +257,13 @@ def test_iabma_promotes_serves_rolls_back_and_sums_without_training(
     with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=10) as client:
         r = client.post("/predict", json={"instances": [INSTANCE]})
         assert r.status_code == 200 and r.json()["version"] == new, r.text
+    outcomes = tmp_path / "outcomes.csv"
+    outcomes.write_text(f"id,y\n{r.json()['request_id']},1\n")
+    posted = run_iabma(
+        image_venv, dockerfile, "feedback", "--url", f"http://127.0.0.1:{port}", "--csv",
+        str(outcomes), "--id-column", "id", "--outcome-column", "y", cwd=tmp_path,
+    )  # fmt: skip
+    assert posted.returncode == 0 and "1 accepted" in posted.stdout, posted.stderr
     procs.signal(server, signal.SIGTERM)
     assert server.popen.wait(timeout=30) in (0, -signal.SIGTERM), server.tail()
 
