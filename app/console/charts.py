@@ -1,4 +1,5 @@
-"""Geometry for the console's inline SVG: line charts of weights and the per-row weight bar.
+"""Geometry for the console's inline SVG: line charts (weights, realised loss, trust), bars
+(drift per expert) and the per-row weight bar.
 
 The templates draw what these return; every drawn series also carries its values as text
 (``data-values``), and the templates put the same numbers in a table beside the chart, so
@@ -50,19 +51,34 @@ class LineChart:
     plot: tuple[int, int, int, int]  # left, top, right, bottom
 
 
+def y_range(values: Sequence[float | None], floor: float | None = 0.0) -> tuple[float, float]:
+    """A range holding every value (and ``floor``), a little wider than they are."""
+    seen = [v for v in values if v is not None]
+    if floor is not None:
+        seen.append(floor)
+    lo, hi = (min(seen), max(seen)) if seen else (0.0, 1.0)
+    pad = 0.05 * ((hi - lo) or abs(hi) or 1.0)
+    return (lo if lo == floor else lo - pad), hi + pad
+
+
 def line_chart(
-    x: Sequence[float], series: Mapping[str, Sequence[float | None]], x_labels: Sequence[str]
+    x: Sequence[float],
+    series: Mapping[str, Sequence[float | None]],
+    x_labels: Sequence[str],
+    y: tuple[float, float] = (0.0, 1.0),
 ) -> LineChart:
-    """Values in [0, 1] against ``x``; a missing value breaks the line."""
+    """Values in ``y`` (clipped to it) against ``x``; a missing value breaks the line."""
     right, bottom = WIDTH - RIGHT, HEIGHT - BOTTOM
     lo, hi = (min(x), max(x)) if x else (0.0, 1.0)
     span = (hi - lo) or 1.0
+    y_lo, y_hi = y
+    y_span = (y_hi - y_lo) or 1.0
 
     def px(v: float) -> float:
         return LEFT + (v - lo) / span * (right - LEFT)
 
     def py(v: float) -> float:
-        return bottom - min(max(v, 0.0), 1.0) * (bottom - TOP)
+        return bottom - min(max((v - y_lo) / y_span, 0.0), 1.0) * (bottom - TOP)
 
     drawn = []
     for j, (name, values) in enumerate(series.items()):
@@ -88,8 +104,54 @@ def line_chart(
         )
     step = max(1, len(x) // 6)
     x_ticks = [Tick(px(x[i]), x_labels[i]) for i in range(0, len(x), step)]
-    y_ticks = [Tick(py(v), f"{v:.2f}") for v in (0.0, 0.25, 0.5, 0.75, 1.0)]
+    y_ticks = [Tick(py(v), f"{v:.3g}") for v in (y_lo + y_span * k / 4 for k in range(5))]
     return LineChart(WIDTH, HEIGHT, drawn, x_ticks, y_ticks, (LEFT, TOP, right, bottom))
+
+
+@dataclass(frozen=True)
+class Bar:
+    name: str
+    colour: str
+    x: float
+    y: float
+    width: float
+    height: float
+    value: float | None
+
+
+@dataclass(frozen=True)
+class BarChart:
+    width: int
+    height: int
+    bars: list[Bar]
+    marks: list[Tick]  # horizontal reference lines, e.g. drift thresholds
+    y_ticks: list[Tick]
+    plot: tuple[int, int, int, int]
+
+
+def bar_chart(
+    values: Mapping[str, float | None], marks: Sequence[tuple[float, str]] = ()
+) -> BarChart:
+    """One bar per name from 0; a missing value draws no bar. ``marks`` are reference
+    levels drawn across the plot."""
+    right, bottom = WIDTH - RIGHT, HEIGHT - BOTTOM
+    top = max([v for v in values.values() if v is not None] + [m for m, _ in marks] + [0.0])
+    top = top * 1.1 or 1.0
+
+    def py(v: float) -> float:
+        return bottom - min(max(v / top, 0.0), 1.0) * (bottom - TOP)
+
+    slot = (right - LEFT) / max(1, len(values))
+    bars = [
+        Bar(name, colour(j), LEFT + slot * (j + 0.2), py(v or 0.0), slot * 0.6,
+            bottom - py(v or 0.0), v)
+        for j, (name, v) in enumerate(values.items())
+    ]  # fmt: skip
+    y_ticks = [Tick(py(top * k / 4), f"{top * k / 4:.3g}") for k in range(5)]
+    return BarChart(
+        WIDTH, HEIGHT, bars, [Tick(py(m), label) for m, label in marks], y_ticks,
+        (LEFT, TOP, right, bottom),
+    )  # fmt: skip
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,7 @@ Filters read the query as ``GET /weights`` reads its listing (``since`` inclusiv
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -14,6 +15,7 @@ from typing import Any
 from app.audit.store import RecordFilter, decode_cursor
 from app.console import charts, queries
 from app.console.versions import stored_versions
+from app.core import performance as realised
 from app.core.runtime import LoadedModel
 from app.core.service import Service
 from app.core.weights import parse_time_us
@@ -132,6 +134,53 @@ async def timeline(service: Service, model: LoadedModel, query: Mapping[str, str
         "changes": changes,
         "mean_chart": charts.line_chart(x, series("mean_weight"), labels),
         "share_chart": charts.line_chart(x, series("argmax_share"), labels),
+        "versions": _versions_seen(service, model),
+    }
+
+
+async def performance(service: Service, model: LoadedModel, query: Mapping[str, str]) -> dict:
+    """Realised scores of the rows with outcomes (``GET /performance``), drawn: loss over
+    time, trust calibration; and the drift of the gate's weights now."""
+    filters = parse_filters(model, query, 1)
+    flt = filters.record_filter
+    store = service.require_store()
+    report = await service.read_store(
+        realised.report, store.engine, model.name, model.task, flt.since_us, flt.until_us,
+        flt.version,
+    )  # fmt: skip
+    experts = list(report["experts"])
+    buckets = report["buckets"]
+    loss = {"mixture": [b["mixture"]["nll"] for b in buckets]}
+    loss |= {e: [b["experts"][e]["nll"] for b in buckets] for e in experts}
+    short = len(buckets) < 2 or buckets[-1]["end"][:10] == buckets[0]["start"][:10]
+    labels = [b["start"][11:16] if short else b["start"][5:16].replace("T", " ") for b in buckets]
+    x = [float(i) for i in range(len(buckets))]
+    trust = {
+        e: [b["nll"] - b["others_nll"] if b["rows"] else None for b in bins]
+        for e, bins in report["calibration"].items()
+    }
+    centres = [(b["low"] + b["high"]) / 2 for b in next(iter(report["calibration"].values()), [])]
+    service.metrics.flush()  # this worker's window, shared before it is read
+    drift = await asyncio.to_thread(service.metrics.drift.drift)
+    now = drift.get((model.name, model.version), {})
+    return {
+        "filters": filters.values,
+        "report": report,
+        "experts": experts,
+        "loss_chart": charts.line_chart(
+            x, loss, labels, charts.y_range([v for s in loss.values() for v in s])
+        ),
+        "trust_chart": charts.line_chart(
+            centres,
+            trust,
+            [f"{c:.2f}" for c in centres],
+            charts.y_range([v for s in trust.values() for v in s], None),
+        ),
+        "drift": now,
+        "drift_chart": charts.bar_chart(
+            {e: d.psi for e, d in now.items()}, [(0.1, "0.1 moderate"), (0.25, "0.25 major")]
+        ),
+        "drift_min_rows": service.settings.drift_min_rows,
         "versions": _versions_seen(service, model),
     }
 

@@ -77,6 +77,16 @@ async def timeline_json(request: Request, service: ServiceDep) -> Response:
     return json_response({"timeline": context["data"], "version_changes": context["changes"]})
 
 
+async def performance(request: Request, service: ServiceDep) -> Response:
+    model = service.runtime.require()
+    base = _base(model, "performance", request)
+    try:
+        context = await views.performance(service, model, request.query_params)
+    except ServingError as exc:
+        return pages.error_page(exc, base)
+    return pages.render("performance.html", {**base, **context})
+
+
 async def probe_form(request: Request, service: ServiceDep) -> Response:
     model = service.runtime.require()
     return pages.render("probe.html", {**_base(model, "probe", request), "values": {}})
@@ -154,6 +164,7 @@ def router() -> APIRouter:
     r.add_api_route("/audit/record", record, methods=["GET"])
     r.add_api_route("/audit/timeline", timeline, methods=["GET"])
     r.add_api_route("/audit/timeline.json", timeline_json, methods=["GET"])
+    r.add_api_route("/audit/performance", performance, methods=["GET"])
     r.add_api_route("/audit/probe", probe_form, methods=["GET"])
     r.add_api_route("/audit/probe", probe, methods=["POST"])
     r.add_api_route("/audit/bundle", bundle, methods=["GET"])

@@ -13,6 +13,7 @@ from app.core.access import CONSOLE_COOKIE
 from tests.support.bundles import Bundles, make_settings
 from tests.support.console import SVG, check_page, seed
 from tests.support.harness import UvicornHarness
+from tests.support.metrics import scrape, value
 
 API, AUDITOR = "api-key-one", "auditor-key"
 HTML = {"Accept": "text/html"}
@@ -30,6 +31,7 @@ def console(bundles: Bundles, tmp_path_factory: pytest.TempPathFactory) -> Itera
         api_keys=API,
         auditor_keys=AUDITOR,
         audit_payload="full",
+        drift_min_rows=20,
     )
     with UvicornHarness(settings) as app:
         seed(app, bundles.demo, 40, bearer(API))
@@ -44,6 +46,7 @@ def pages(app: Any) -> dict[str, str]:
         "/audit?expert=poly3": "Recent decisions",
         f"/audit/record?request_id={rid}": f"Record {rid}",
         "/audit/timeline": "Weights over time",
+        "/audit/performance": "Performance",
         "/audit/probe": "Probe the gate",
         "/audit/bundle": "The bundle",
         "/audit/login": "Sign in",
@@ -240,3 +243,59 @@ def test_only_the_console_s_sign_in_and_assets_are_open() -> None:
     assert presented_key(cookie, "/audit/timeline") == "a key"
     assert presented_key(cookie, "/weights") is None, "the cookie opens only the console"
     assert presented_key([*cookie, (b"x-api-key", b"header")], "/audit") == "header"
+
+
+def test_the_performance_page_draws_what_performance_answers(console: Any) -> None:
+    """Outcomes for the seeded rows (each row's own label, flipped on every third), then
+    the page's tables and charts against GET /performance and /metrics."""
+    empty = console.get(
+        "/audit/performance", params={"until": "2000-01-01"}, headers=bearer(AUDITOR)
+    )
+    assert empty.status_code == 200 and "No served row matching the filter" in empty.text
+    sent = []
+    for k in range(0, 40, 2):
+        record = console.get("/weights", params={"request_id": f"seed-{k:04d}"},
+                             headers=bearer(AUDITOR)).json()  # fmt: skip
+        for i, p in enumerate(record["predictions"]):
+            label = p["prediction"]["label"]
+            sent.append({"request_id": f"seed-{k:04d}", "row": i,
+                         "outcome": 1 - label if (k + i) % 3 == 0 else label})  # fmt: skip
+    r = console.post("/feedback", json={"outcomes": sent}, headers=bearer(API))
+    assert r.status_code == 200, r.text
+    report = console.get("/performance", headers=bearer(AUDITOR)).json()
+    page = console.get("/audit/performance", headers=bearer(AUDITOR))
+    assert page.status_code == 200, page.text
+    doc = check_page(page.text)
+    assert f"{len(sent)} served rows with an outcome" in page.text
+    for tr in doc.iter("tr"):
+        name = tr.get("data-name")
+        if name is None:
+            continue
+        scores = report["mixture"] if name == "mixture" else report["experts"][name]
+        for td in tr.iter("td"):
+            if td.get("data-score"):
+                assert float(td.get("data-value")) == scores[td.get("data-score")], name
+    charts = {s.get("id"): s for s in doc.iter(SVG + "svg")}
+
+    def drawn(chart: str) -> dict[str, list[float | None]]:
+        series = {}
+        for g in charts[chart].iter(SVG + "g"):
+            if g.get("data-expert") is not None:
+                values = g.get("data-values").split()
+                series[g.get("data-expert")] = [None if v == "-" else float(v) for v in values]
+        return series
+
+    loss = drawn("loss-chart")
+    assert loss["mixture"] == [b["mixture"]["nll"] for b in report["buckets"]]
+    assert loss["poly3"] == [b["experts"]["poly3"]["nll"] for b in report["buckets"]]
+    trust = drawn("trust-chart")
+    for name, bins in report["calibration"].items():
+        want = [b["nll"] - b["others_nll"] if b["rows"] else None for b in bins]
+        assert trust[name] == pytest.approx(want, abs=1e-12), name
+    samples, _ = scrape(console)
+    psi = {td.get("data-expert"): td.get("data-value") for td in doc.iter("td")
+           if td.get("class") == "psi"}  # fmt: skip
+    assert set(psi) == set(report["experts"])
+    for name, shown in psi.items():
+        got = value(samples, "iabma_weight_drift", model_name="demo", expert=name)
+        assert float(shown) == pytest.approx(got, abs=1e-12), name

@@ -43,6 +43,7 @@ def server(bundles: Bundles, tmp_path_factory: pytest.TempPathFactory) -> Iterat
         "IABMA_AUDITOR_KEYS": AUDITOR,
         "IABMA_LOG_LEVEL": "WARNING",
         "IABMA_RELOAD_INTERVAL_SECONDS": "0",
+        "IABMA_DRIFT_MIN_ROWS": "20",
     }
     with UvicornProcess(env) as proc:
         proc.wait_ready()
@@ -154,11 +155,57 @@ def test_the_console_in_a_browser(server: UvicornProcess, browser: object) -> No
     after = auditor_get(server, "/weights")["aggregate"]["records"]
     assert after == 60, "the probe was not audited"
 
-    for link in ("Weights over time", "The bundle"):
+    for link in ("Weights over time", "Performance", "The bundle"):
         follow(d, d.find_element(By.LINK_TEXT, link))
         assert d.title.startswith(link), d.title
 
     messages = d.get_log("browser")
+    assert not messages, messages
+
+
+def test_the_performance_page_in_a_browser(server: UvicornProcess, browser: object) -> None:
+    """Outcomes for half the seeded predictions; the page's scores, its charts and the
+    drift per expert, as Chromium shows them."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select
+
+    sent = []
+    for k in range(0, 60, 2):
+        record = auditor_get(server, "/weights", request_id=f"seed-{k:04d}")
+        for i, p in enumerate(record["predictions"]):
+            sent.append({"request_id": f"seed-{k:04d}", "row": i,
+                         "outcome": p["prediction"]["label"]})  # fmt: skip
+    r = httpx.post(server.base_url + "/feedback", json={"outcomes": sent},
+                   headers={"Authorization": f"Bearer {API}"})  # fmt: skip
+    assert r.status_code == 200, r.text
+    report = auditor_get(server, "/performance")
+
+    d = browser
+    d.get(server.base_url + "/audit")  # type: ignore[attr-defined]
+    if "Sign in" in d.title:
+        d.find_element(By.ID, "key").send_keys(AUDITOR)
+        follow(d, d.find_element(By.CSS_SELECTOR, "#login-form button"))
+    follow(d, d.find_element(By.LINK_TEXT, "Performance"))
+    assert d.title.startswith("Performance"), d.title
+    assert d.find_element(By.ID, "row-count").text.startswith(f"{len(sent)} served rows")
+    mixture = d.find_element(By.CSS_SELECTOR, "#scores-table tr.mixture td[data-score='nll']")
+    assert float(mixture.get_attribute("data-value")) == report["mixture"]["nll"]
+    assert float(mixture.text) == pytest.approx(report["mixture"]["nll"], abs=5e-5)
+    lines = d.find_elements(By.CSS_SELECTOR, "#loss-chart g.series")
+    assert {g.get_attribute("data-expert") for g in lines} == {"mixture", *report["experts"]}
+    assert d.find_elements(By.CSS_SELECTOR, "#loss-chart polyline"), "the lines are drawn"
+    trust = d.find_elements(By.CSS_SELECTOR, "#trust-chart g.series")
+    assert {g.get_attribute("data-expert") for g in trust} == set(report["calibration"])
+    psi = d.find_elements(By.CSS_SELECTOR, "#drift-table td.psi")
+    assert {c.get_attribute("data-expert") for c in psi} == set(report["experts"])
+    assert all(float(c.get_attribute("data-value")) >= 0 for c in psi), "PSI from 20 rows on"
+    bars = d.find_elements(By.CSS_SELECTOR, "#drift-chart rect.bar-value")
+    assert len(bars) == len(psi)
+
+    Select(d.find_element(By.ID, "version")).select_by_index(1)
+    follow(d, d.find_element(By.ID, "apply"))
+    assert d.find_element(By.ID, "row-count").text.startswith(f"{len(sent)} served rows")
+    messages = d.get_log("browser")  # type: ignore[attr-defined]
     assert not messages, messages
 
 
