@@ -16,36 +16,50 @@ from typing import Any
 from sqlalchemy import Connection, Engine, select
 from sqlalchemy.exc import IntegrityError
 
+from app.audit.connection import BulkInsert
 from app.audit.scores import Served
 from app.audit.tables import outcomes, records
 
 # Request ids per SELECT: well under SQLite's 32766 and PostgreSQL's 65535 parameters.
 IDS_PER_QUERY = 2000
 RETRIES = 5
+SERVED = (
+    "id", "request_id", "created_us", "version", "task", "n_instances", "experts", "classes",
+    "weights", "prediction", "expert_outputs",
+)  # fmt: skip
+OUTCOME_COLUMNS = (
+    "model", "request_id", "row_index", "record_id", "record_us", "version", "received_us",
+    "outcome", "experts", "weights", "scores",
+)  # fmt: skip
+
+
+def _marker(conn: Connection) -> str:
+    return "?" if conn.dialect.paramstyle == "qmark" else "%s"
+
+
+def _by_ids(conn: Connection, head: str, model: str, ids: Sequence[str]) -> list[tuple[Any, ...]]:
+    """``head WHERE model = ? AND request_id IN (...)``, in chunks of ids. Plain SQL: a
+    thousand bound ids cost SQLAlchemy's expanding parameters more than the search."""
+    mark = _marker(conn)
+    rows: list[tuple[Any, ...]] = []
+    for start in range(0, len(ids), IDS_PER_QUERY):
+        chunk = ids[start : start + IDS_PER_QUERY]
+        sql = f"{head} WHERE model = {mark} AND request_id IN ({', '.join([mark] * len(chunk))})"
+        rows += conn.exec_driver_sql(sql, (model, *chunk)).fetchall()
+    return rows
 
 
 def served(engine: Engine, model: str, request_ids: Sequence[str]) -> dict[str, Served]:
     """The latest record of each request id (a client may reuse an id) of ``model``."""
-    c = records.c
-    columns = (
-        c.id, c.request_id, c.created_us, c.version, c.task, c.n_instances, c.experts,
-        c.classes, c.weights, c.prediction, c.expert_outputs,
-    )  # fmt: skip
+    head = f"SELECT {', '.join(SERVED)} FROM {records.name}"
     found: dict[str, Served] = {}
-    ids = list(dict.fromkeys(request_ids))
     with engine.connect() as conn:
-        for start in range(0, len(ids), IDS_PER_QUERY):
-            query = (
-                select(*columns)
-                .where(c.model == model, c.request_id.in_(ids[start : start + IDS_PER_QUERY]))
-                .order_by(c.created_us, c.id)
-            )
-            for row in conn.execute(query).cursor.fetchall():
-                found[row[1]] = Served(
-                    int(row[0]), row[1], int(row[2]), row[3], row[4], int(row[5]), row[6],
-                    row[7], bytes(row[8]), bytes(row[9]),
-                    None if row[10] is None else bytes(row[10]),
-                )  # fmt: skip
+        rows = _by_ids(conn, head, model, list(dict.fromkeys(request_ids)))
+    for row in sorted(rows, key=lambda r: (r[2], r[0])):
+        found[row[1]] = Served(
+            int(row[0]), row[1], int(row[2]), row[3], row[4], int(row[5]), row[6], row[7],
+            bytes(row[8]), bytes(row[9]), None if row[10] is None else bytes(row[10]),
+        )  # fmt: skip
     return found
 
 
@@ -60,14 +74,13 @@ class NewOutcome:
     weights: bytes
     scores: bytes
 
-    def values(self, model: str, received_us: int) -> dict[str, Any]:
+    def values(self, model: str, received_us: int) -> tuple[Any, ...]:
+        """The row, in :data:`OUTCOME_COLUMNS` order."""
         rec = self.record
-        return {
-            "model": model, "request_id": self.request_id, "row_index": self.row,
-            "record_id": rec.record_id, "record_us": rec.created_us, "version": rec.version,
-            "received_us": received_us, "outcome": self.outcome, "experts": rec.experts,
-            "weights": self.weights, "scores": self.scores,
-        }  # fmt: skip
+        return (
+            model, self.request_id, self.row, rec.record_id, rec.created_us, rec.version,
+            received_us, self.outcome, rec.experts, self.weights, self.scores,
+        )  # fmt: skip
 
 
 @dataclass
@@ -89,7 +102,9 @@ def store(engine: Engine, model: str, batch: Sequence[NewOutcome], received_us: 
                 result = _classify(conn, model, batch)
                 if not result.conflicts and result.accepted:
                     rows = [batch[k].values(model, received_us) for k in result.accepted]
-                    conn.execute(outcomes.insert(), rows)
+                    insert = BulkInsert(outcomes.name, OUTCOME_COLUMNS, _marker(conn))
+                    for sql, params in insert.statements(rows):
+                        conn.exec_driver_sql(sql, tuple(params))
                 if result.conflicts:
                     conn.rollback()
                 else:
@@ -110,15 +125,9 @@ def _begin_write(conn: Connection) -> None:
 
 
 def _classify(conn: Connection, model: str, batch: Sequence[NewOutcome]) -> Stored:
-    c = outcomes.c
     ids = list(dict.fromkeys(item.request_id for item in batch))
-    stored: dict[tuple[str, int], str] = {}
-    for start in range(0, len(ids), IDS_PER_QUERY):
-        query = select(c.request_id, c.row_index, c.outcome).where(
-            c.model == model, c.request_id.in_(ids[start : start + IDS_PER_QUERY])
-        )
-        for rid, row, outcome in conn.execute(query).cursor.fetchall():
-            stored[(rid, int(row))] = outcome
+    head = f"SELECT request_id, row_index, outcome FROM {outcomes.name}"
+    stored = {(rid, int(row)): outcome for rid, row, outcome in _by_ids(conn, head, model, ids)}
     result = Stored()
     for k, item in enumerate(batch):
         before = stored.get((item.request_id, item.row))

@@ -79,16 +79,25 @@ def _group(rows: Sequence[tuple[Served, int, float]], picks: list[int]) -> Score
     weights = np.frombuffer(b"".join(r.weights for r in records), "<f8").reshape(-1, m)[at]
     width = classes if first.task == "classification" else REGRESSION_FIELDS
     answer = np.frombuffer(b"".join(r.prediction for r in records), "<f8").reshape(-1, width)
-    served = [served_experts(r.expert_outputs, r.task, r.n, m, classes) for r in records]
-    outputs = np.concatenate([s.outputs for s in served if s is not None])[at]
+    # Each record's blob holds its rows' outputs; regression's end with the version's spread.
+    spread = served_experts(first.expert_outputs, first.task, first.n, m, classes)
+    assert spread is not None
+    size = 8 * m * (classes or 1)
+    blobs = b"".join(_outputs(r)[: size * r.n] for r in records)
+    outputs = np.frombuffer(blobs, "<f8").reshape(-1, m, classes or 1)[at]
     y = np.array([rows[k][2] for k in picks])
     if first.task == "classification":
         scores = classification(answer[at], outputs, y.astype(np.int64))
     else:
-        spread = served[0]
-        assert spread is not None and spread.std is not None
-        scores = regression(weights, answer[at], outputs, spread.std, spread.temperature, y)
+        assert spread.std is not None
+        means = outputs[:, :, 0]
+        scores = regression(weights, answer[at], means, spread.std, spread.temperature, y)
     return Scored(first.version, first.experts, picks, weights, scores)
+
+
+def _outputs(rec: Served) -> bytes:
+    assert rec.expert_outputs is not None, "refused before scoring (app.core.feedback)"
+    return rec.expert_outputs
 
 
 def classification(proba: np.ndarray, experts: np.ndarray, y: np.ndarray) -> np.ndarray:

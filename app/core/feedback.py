@@ -82,7 +82,14 @@ def decode(body: Any, max_rows: int) -> list[Item]:
     return out
 
 
+_KEYS = frozenset(OUTCOME_KEYS)
+
+
 def _item(at: int, raw: Any) -> Item | list[Fault]:
+    if type(raw) is dict and "outcome" in raw and raw.keys() <= _KEYS:  # the usual item
+        rid, row = raw.get("request_id"), raw.get("row", 0)
+        if type(rid) is str and type(row) is int and row >= 0 and REQUEST_ID.match(rid):
+            return Item(at, rid, row, raw["outcome"])
     if not isinstance(raw, dict):
         return [Fault("wrong_type", _field(at), f"expected an object, got {json_type(raw)}")]
     keys = ", ".join(OUTCOME_KEYS)
@@ -177,7 +184,7 @@ def _check(
     kept: list[tuple[Item, float, str]] = []
     seen: dict[tuple[str, int], tuple[int, str]] = {}
     repeats: dict[str, int] = {}
-    labels: dict[str, tuple[CategoryMap, list[Any]]] = {}
+    labels: dict[str, Classes] = {}
     for item in items:
         rec = found.get(item.request_id)
         if rec is None:
@@ -235,22 +242,39 @@ def _check(
     return kept, repeats
 
 
+@dataclass(frozen=True)
+class Classes:
+    """One record's classes, and how an outcome is read as one of them."""
+
+    labels: list[Any]
+    categories: CategoryMap
+    exact: dict[tuple[type, Any], tuple[float, str]]  # a label as served or as its text
+
+    @classmethod
+    def of(cls, text: str, rule: Normaliser) -> Classes:
+        labels = json.loads(text)
+        exact: dict[tuple[type, Any], tuple[float, str]] = {}
+        for k, label in enumerate(labels):
+            read = (float(k), json.dumps(label))
+            exact[(type(label), label)] = exact[(str, str(label))] = read
+        return cls(labels, CategoryMap(tuple(map(str, labels)), rule), exact)
+
+
 def _outcome(
-    rec: scores.Served,
-    raw: Any,
-    rule: Normaliser,
-    labels: dict[str, tuple[CategoryMap, list[Any]]],
+    rec: scores.Served, raw: Any, rule: Normaliser, known: dict[str, Classes]
 ) -> tuple[float, str] | Fault:
     """``(class index or number, canonical JSON)``, or what is wrong with ``raw``."""
     if isinstance(raw, NonFinite):
         return Fault("non_finite", "", f"{raw.token} is not an outcome; send a finite value")
     if rec.task == "classification":
         assert rec.classes is not None
-        known = labels.get(rec.classes)
-        if known is None:
-            classes = json.loads(rec.classes)
-            known = labels[rec.classes] = (CategoryMap(tuple(map(str, classes)), rule), classes)
-        categories, classes = known
+        found = known.get(rec.classes)
+        if found is None:
+            found = known[rec.classes] = Classes.of(rec.classes, rule)
+        hit = found.exact.get((type(raw), raw)) if type(raw) in (int, str) else None
+        if hit is not None:
+            return hit
+        categories, classes = found.categories, found.labels
         key, problem = categories.lookup(raw)
         if key is None and problem is None:
             return Fault("missing_value", "", "missing; an outcome is one of the classes")
