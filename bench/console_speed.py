@@ -27,7 +27,6 @@ import json
 import os
 import platform
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -42,100 +41,11 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from app.audit.records import AuditRecord, now_us  # noqa: E402
-from app.audit.store import AuditStore  # noqa: E402
-from app.bundle.loader import open_bundle  # noqa: E402
-from app.bundle.predictor import BundlePredictor  # noqa: E402
 from bench.speed.bundles import ensure_bundle  # noqa: E402
+from bench.speed.trail import request_id, seed, serve  # noqa: E402
 
 KEY = "bench-auditor-key"
 TARGET_MS, PAINT_MS, WEIGHT_KB = 100.0, 300.0, 200.0
-DAY_US = 86_400 * 1_000_000
-
-
-def seed(
-    version_dir: Path, url: str, n: int, days: float, rng: np.random.Generator
-) -> dict[str, Any]:
-    """``n`` records over the last ``days``: the served graph's answers to random inputs in
-    the training range."""
-    bundle = open_bundle(version_dir)
-    m = bundle.manifest
-    if any(f.dtype != "float" or f.low is None or f.high is None for f in m.features):
-        raise SystemExit("the bench seeds numeric bundles with recorded ranges (e.g. demo)")
-    sizes = rng.integers(1, 4, n)
-    rows = int(sizes.sum())
-    X = {f.name: rng.uniform(f.low, f.high, rows) for f in m.features}
-    columns = {f.input: X[f.name].astype(np.float32).reshape(-1, 1) for f in m.features}
-    pred = BundlePredictor(bundle).predict(columns, interval=False)
-    assert pred.proba is not None, "the bench seeds a classification bundle"
-    span = int(days * DAY_US)
-    start = now_us() - span
-    times = np.sort(rng.integers(start, start + span, n))
-    store = AuditStore(url, 30.0)
-    store.prepare()
-    at, batch = 0, []
-    for i in range(n):
-        k = int(sizes[i])
-        part = slice(at, at + k)
-        at += k
-        instances = [
-            {name: float(v[j]) for name, v in X.items()} for j in range(part.start, part.stop)
-        ]
-        batch.append(
-            AuditRecord(
-                request_id=f"bench-{i:06d}",
-                created_us=int(times[i]),
-                model=m.name,
-                version=m.version,
-                route="predict",
-                task=m.task,
-                experts=tuple(m.expert_names),
-                classes=tuple(m.target.classes or ()),
-                weights=pred.weights[part],
-                prediction=pred.proba[part],
-                uncertainty=pred.uncertainty[part],
-                latency_ms=1.0,
-                input_mode="hash",
-                instances=instances,
-                hash_key=b"bench-hash-key",
-            )
-        )
-        if len(batch) == 500:
-            store.insert(batch)
-            batch = []
-    if batch:
-        store.insert(batch)
-    store.close()
-    return {"records": n, "rows": rows, "experts": m.expert_names, "features": list(X)}
-
-
-def serve(store: Path, name: str, url: str) -> tuple[subprocess.Popen[bytes], str]:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    env = {k: v for k, v in os.environ.items() if not k.startswith("IABMA_")}
-    env |= {
-        "IABMA_STORE": str(store), "IABMA_MODEL_NAME": name, "IABMA_AUDIT_URL": url,
-        "IABMA_AUDITOR_KEYS": KEY, "IABMA_AUDIT_HASH_KEY": "bench-hash-key-0123456789abcdef",
-        "IABMA_LOG_LEVEL": "WARNING", "IABMA_RELOAD_INTERVAL_SECONDS": "0",
-        "PYTHONPATH": str(REPO),
-    }  # fmt: skip
-    argv = [sys.executable, "-m", "uvicorn", "app.main:create_app", "--factory",
-            "--host", "127.0.0.1", "--port", str(port), "--no-access-log"]  # fmt: skip
-    proc = subprocess.Popen(argv, cwd=REPO, env=env, start_new_session=True)
-    base = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(base + "/readyz", timeout=1).status_code == 200:
-                return proc, base
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.2)
-    proc.kill()
-    raise SystemExit("the server did not become ready")
 
 
 def time_requests(base: str, info: dict[str, Any], repeats: int) -> tuple[dict[str, Any], float]:
@@ -152,7 +62,8 @@ def time_requests(base: str, info: dict[str, Any], repeats: int) -> tuple[dict[s
             "GET /audit?expert": ("GET", f"/audit?expert={expert}", None),
             "GET /audit?cursor (page 2)": ("GET", f"/audit?cursor={cursor}", None),
             "GET /audit?since (last day)": ("GET", "/audit?since=" + _day_ago(), None),
-            "GET /audit/record": ("GET", "/audit/record?request_id=bench-000123", None),
+            "GET /audit/record": ("GET", f"/audit/record?request_id={request_id('bench', 123)}",
+                                  None),
             "GET /audit/timeline": ("GET", "/audit/timeline", None),
             "GET /audit/timeline?expert": ("GET", f"/audit/timeline?expert={expert}", None),
             "GET /audit/timeline.json": ("GET", "/audit/timeline.json", None),
@@ -278,13 +189,9 @@ def main() -> None:
         info = seed(version_dir, url, args.records, args.days, np.random.default_rng(0))
         took = time.perf_counter() - t0
         print(f"seeded {info['records']} records ({info['rows']} rows) in {took:.1f} s")
-        proc, base = serve(args.store, args.name, url)
-        try:
+        with serve(args.store, args.name, url, Path(tmp), auditor_keys=KEY) as base:
             requests, first_sums_ms = time_requests(base, info, args.repeats)
             paint = first_paints(base, args.paints)
-        finally:
-            proc.terminate()
-            proc.wait(30)
     assets = ("GET /audit", "GET /audit/static/console.css", "GET /audit/static/console.js")
     page = sum(requests[k]["bytes"] for k in assets)
     result = {
