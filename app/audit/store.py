@@ -19,6 +19,7 @@ from sqlalchemy import and_, or_, select
 
 from app.audit import rollup
 from app.audit.connection import WriterConnection
+from app.audit.outcomes import Growth
 from app.audit.records import LOG_COLUMNS, AuditRecord, now_us, record_json
 from app.audit.tables import create_tables, lock_sqlite, make_engine, records
 from app.errors import Fault, InvalidInput
@@ -80,6 +81,7 @@ class AuditStore:
         self._rollup = threading.Lock()
         self._lock: IO[str] | None = None
         self._writer = WriterConnection(self.engine, LOG_COLUMNS, timeout_seconds)
+        self.outcome_growth = Growth()  # app.audit.outcomes
 
     def prepare(self) -> None:
         """Claim a SQLite trail for this process, then create the tables, retrying while

@@ -154,6 +154,7 @@ def create_tables(engine: Engine) -> None:
         if not all(t.name in names for t in metadata.sorted_tables):
             raise
     upgrade_tables(engine)
+    analyze_stale(engine)
 
 
 # Columns added to a table after its first release: (table, column), nullable all.
@@ -177,6 +178,25 @@ def upgrade_tables(engine: Engine) -> None:
             columns = {c["name"] for c in inspect(engine).get_columns(table.name)}
             if name not in columns:
                 raise
+
+
+def analyze_stale(engine: Engine) -> None:
+    """PostgreSQL: gather the statistics of tables that changed by a tenth since they were
+    last gathered (a trail bulk-loaded or restored before autovacuum came by). Without them
+    the planner guesses that a lookup of a thousand request ids matches a quarter of the
+    trail, and scans all of it (19 ms instead of 4 for 200,000 records)."""
+    if engine.dialect.name != "postgresql":
+        return
+    names = [t.name for t in metadata.sorted_tables]
+    query = (
+        "SELECT relname FROM pg_stat_user_tables WHERE schemaname = current_schema() "
+        "AND n_mod_since_analyze > GREATEST(1000, n_live_tup / 10) AND relname = ANY(%s)"
+    )
+    with engine.connect() as conn:
+        found = [row[0] for row in conn.exec_driver_sql(query, (names,)).fetchall()]
+    with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+        for name in found:
+            conn.exec_driver_sql(f"ANALYZE {name}")
 
 
 class SqliteInUse(Exception):

@@ -97,14 +97,7 @@ class AsyncClient(ClientBase):
     async def feedback(
         self, outcomes: Iterable[Any], *, batch_rows: int = batches.DEFAULT_BATCH_ROWS
     ) -> results.FeedbackResult:
-        """Outcomes for rows of past predictions: mappings with ``request_id``, ``row``
-        (0 when left out) and ``outcome`` (a class as ``predict`` returned the label, or
-        the observed number), or ``(request_id, row, outcome)`` tuples.
-
-        More than ``batch_rows`` go in several requests, one after another, each stored
-        whole or not at all; the counts are added up. A fault names its outcome among all
-        of them (``outcomes[2517].outcome``); the batches before it were stored, and
-        sending them again only counts them as duplicates."""
+        """As :meth:`app.client.Client.feedback`."""
         calls = self._feedback_calls(outcomes, batch_rows)
         return batches.join_feedback(await self._run_batches(calls))
 

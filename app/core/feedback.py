@@ -3,27 +3,26 @@
 The body's keys and defaults are the contract's (:mod:`app.contract.feedback`). All or
 nothing: every fault is reported, named ``outcomes[i].<field>``, and nothing is stored. A
 request id means the latest audit record with that id, as in ``GET /weights``; an outcome
-is read as that record's task says (a class, as the label was served or as its text, or
-a number) and scored against what was served (:mod:`app.audit.scores`). The store says
-which rows had the outcome already (duplicates) or another one (a 409).
+is read as that record's task says (:mod:`app.core.outcomes`) and scored against what was
+served (:mod:`app.audit.scores`). The store says which rows had the outcome already
+(duplicates) or another one (a 409).
 """
 
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Engine
-
 from app.audit import outcomes, scores
 from app.audit.records import now_us
-from app.bundle.normalise import CategoryMap, Normaliser, json_repr
+from app.audit.store import AuditStore
+from app.bundle.normalise import Normaliser
 from app.contract.feedback import FEEDBACK_KEYS, OUTCOME_DEFAULTS, OUTCOME_KEYS, OUTCOME_REQUIRED
 from app.contract.request import REQUEST_ID
-from app.core.inputs import NonFinite, json_type
+from app.core.inputs import json_type
+from app.core.outcomes import Classes, read_outcome
 from app.core.service import Service
 from app.errors import Fault, InvalidInput, OutcomeConflict, ServingError, TooManyRows
 
@@ -133,8 +132,9 @@ class Ingested:
     duplicates: dict[str, int]  # per version, outcomes stored before with the same value
 
 
-def ingest(engine: Engine, model: str, items: Sequence[Item], rule: Normaliser) -> Ingested:
+def ingest(store: AuditStore, model: str, items: Sequence[Item], rule: Normaliser) -> Ingested:
     """Check ``items`` against their records, score them and store them (blocking)."""
+    engine = store.engine
     found = outcomes.served(engine, model, [i.request_id for i in items])
     kept, repeats = _check(model, items, found, rule)
     rows = [(found[i.request_id], i.row, value) for i, value, _ in kept]
@@ -152,7 +152,7 @@ def ingest(engine: Engine, model: str, items: Sequence[Item], rule: Normaliser) 
                 group.scores[k].tobytes(),
             )
     full = [b for b in batch if b is not None]
-    stored = outcomes.store(engine, model, full, now_us())
+    stored = outcomes.store(engine, model, full, now_us(), store.outcome_growth)
     if stored.conflicts:
         raise OutcomeConflict(
             [
@@ -216,7 +216,7 @@ def _check(
                 )
             )
             continue
-        read = _outcome(rec, item.outcome, rule, labels)
+        read = read_outcome(rec, item.outcome, rule, labels)
         if isinstance(read, Fault):
             faults.append(Fault(read.code, _field(item.at, "outcome"), read.message))
             continue
@@ -242,63 +242,6 @@ def _check(
     return kept, repeats
 
 
-@dataclass(frozen=True)
-class Classes:
-    """One record's classes, and how an outcome is read as one of them."""
-
-    labels: list[Any]
-    categories: CategoryMap
-    exact: dict[tuple[type, Any], tuple[float, str]]  # a label as served or as its text
-
-    @classmethod
-    def of(cls, text: str, rule: Normaliser) -> Classes:
-        labels = json.loads(text)
-        exact: dict[tuple[type, Any], tuple[float, str]] = {}
-        for k, label in enumerate(labels):
-            read = (float(k), json.dumps(label))
-            exact[(type(label), label)] = exact[(str, str(label))] = read
-        return cls(labels, CategoryMap(tuple(map(str, labels)), rule), exact)
-
-
-def _outcome(
-    rec: scores.Served, raw: Any, rule: Normaliser, known: dict[str, Classes]
-) -> tuple[float, str] | Fault:
-    """``(class index or number, canonical JSON)``, or what is wrong with ``raw``."""
-    if isinstance(raw, NonFinite):
-        return Fault("non_finite", "", f"{raw.token} is not an outcome; send a finite value")
-    if rec.task == "classification":
-        assert rec.classes is not None
-        found = known.get(rec.classes)
-        if found is None:
-            found = known[rec.classes] = Classes.of(rec.classes, rule)
-        hit = found.exact.get((type(raw), raw)) if type(raw) in (int, str) else None
-        if hit is not None:
-            return hit
-        categories, classes = found.categories, found.labels
-        key, problem = categories.lookup(raw)
-        if key is None and problem is None:
-            return Fault("missing_value", "", "missing; an outcome is one of the classes")
-        if problem is not None:
-            near = categories.near(raw)
-            hint = f"; did you mean {json_repr(near)}?" if near is not None else ""
-            return Fault(
-                "unknown_class",
-                "",
-                f"{json_type(raw)} is not a class of this model{hint}; classes: "
-                f"{categories.shown()}",
-            )
-        index = categories.categories.index(key)
-        return float(index), json.dumps(classes[index])
-    number, problem = rule.number(raw)
-    if problem is not None:
-        return Fault("wrong_type", "", f"expected a number, got {json_repr(raw)}")
-    if number is None:
-        return Fault("missing_value", "", "missing; an outcome is the observed number")
-    if not math.isfinite(number):
-        return Fault("non_finite", "", f"{json_repr(raw)} is not a finite number")
-    return number, json.dumps(number)
-
-
 async def feedback(service: Service, body: Any) -> dict[str, int]:
     """Check, score and store the body's outcomes; count them in the metrics."""
     model = service.runtime.require()
@@ -307,7 +250,7 @@ async def feedback(service: Service, body: Any) -> dict[str, int]:
         items = decode(body, service.settings.max_batch_rows)
         store = service.require_store()
         rule = model.manifest.input_rule.normaliser()
-        done: Ingested = await service.read_store(ingest, store.engine, model.name, items, rule)
+        done: Ingested = await service.read_store(ingest, store, model.name, items, rule)
     except ServingError:
         sent = body.get("outcomes") if isinstance(body, dict) else None
         rejected = len(sent) if isinstance(sent, list) else 0

@@ -8,6 +8,7 @@ auditor role.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 from urllib.parse import parse_qsl
 
@@ -18,11 +19,14 @@ from app.console import charts, pages, views
 from app.console import probe as probing
 from app.core.access import KeyRing, Role, presented_key
 from app.core.runtime import LoadedModel
+from app.core.service import Service
 from app.errors import Fault, Forbidden, InvalidInput, NotFound, ServingError, Unauthorized
 from app.rest.responses import json_response
 from app.rest.routes.deps import ServiceDep
 
 MAX_FORM_BYTES = 64 * 1024
+# A page's context from the query (app.console.views).
+View = Callable[[Service, LoadedModel, Mapping[str, str]], Awaitable[dict[str, Any]]]
 
 
 def _base(model: LoadedModel, page: str, request: Request) -> dict[str, Any]:
@@ -40,14 +44,19 @@ async def _form(request: Request) -> dict[str, str]:
     return dict(parse_qsl(body.decode("utf-8", "replace"), keep_blank_values=True))
 
 
-async def decisions(request: Request, service: ServiceDep) -> Response:
+async def _view(request: Request, service: Service, page: str, view: View) -> Response:
+    """The page ``page``.html from ``view``'s context; a fault in the query, the error page."""
     model = service.runtime.require()
-    base = _base(model, "decisions", request)
+    base = _base(model, page, request)
     try:
-        context = await views.decisions(service, model, request.query_params)
+        context = await view(service, model, request.query_params)
     except ServingError as exc:
         return pages.error_page(exc, base)
-    return pages.render("decisions.html", {**base, **context})
+    return pages.render(f"{page}.html", {**base, **context})
+
+
+async def decisions(request: Request, service: ServiceDep) -> Response:
+    return await _view(request, service, "decisions", views.decisions)
 
 
 async def record(request: Request, service: ServiceDep) -> Response:
@@ -62,13 +71,7 @@ async def record(request: Request, service: ServiceDep) -> Response:
 
 
 async def timeline(request: Request, service: ServiceDep) -> Response:
-    model = service.runtime.require()
-    base = _base(model, "timeline", request)
-    try:
-        context = await views.timeline(service, model, request.query_params)
-    except ServingError as exc:
-        return pages.error_page(exc, base)
-    return pages.render("timeline.html", {**base, **context})
+    return await _view(request, service, "timeline", views.timeline)
 
 
 async def timeline_json(request: Request, service: ServiceDep) -> Response:
@@ -78,13 +81,7 @@ async def timeline_json(request: Request, service: ServiceDep) -> Response:
 
 
 async def performance(request: Request, service: ServiceDep) -> Response:
-    model = service.runtime.require()
-    base = _base(model, "performance", request)
-    try:
-        context = await views.performance(service, model, request.query_params)
-    except ServingError as exc:
-        return pages.error_page(exc, base)
-    return pages.render("performance.html", {**base, **context})
+    return await _view(request, service, "performance", views.performance)
 
 
 async def probe_form(request: Request, service: ServiceDep) -> Response:
