@@ -68,6 +68,7 @@ SECRET_SETTINGS = {
     "IABMA_API_KEYS": "api-keys",
     "IABMA_AUDITOR_KEYS": "auditor-keys",
     "IABMA_ADMIN_TOKEN": "admin-token",
+    "IABMA_FEEDBACK_KEYS": "feedback-keys",
 }
 # Settings the manifests use that app/settings.py does not define yet: they are being added
 # alongside this deployment. Any other unknown IABMA_* name is a typo the app would ignore.
