@@ -17,15 +17,15 @@ from typing import Any
 
 from app.cli.errors import CommandError, option_fault
 from app.cli.progress import ProgressBar
-from app.cli.text import help_text
+from app.cli.text import command
 
 
 def add_parser(sub: Any) -> None:
-    p = sub.add_parser(
+    p = command(
+        sub,
         "audit-sums",
-        help="make the audit trail's ten-minute sums ahead of the first GET /weights",
-        description=help_text(__doc__),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        "make the audit trail's ten-minute sums ahead of the first GET /weights",
+        __doc__,
     )
     p.add_argument("--name", required=True, help="the model whose records to sum")
     p.add_argument(

@@ -24,17 +24,17 @@ from typing import Any
 
 from app.cli.errors import CommandError, option_fault
 from app.cli.progress import ProgressBar
-from app.cli.text import help_text
+from app.cli.text import command
 
 _ITEM = re.compile(r"^outcomes\[(\d+)\]\.?(\w*)")
 
 
 def add_parser(sub: Any) -> None:
-    p = sub.add_parser(
+    p = command(
+        sub,
         "feedback",
-        help="post a CSV file of outcomes to a running server (POST /feedback)",
-        description=help_text(__doc__),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        "post a CSV file of outcomes to a running server (POST /feedback)",
+        __doc__,
     )
     p.add_argument("--url", required=True, help="the server, e.g. http://127.0.0.1:8000")
     p.add_argument("--csv", required=True, type=Path, help="the file of outcomes")

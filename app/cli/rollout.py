@@ -12,27 +12,22 @@ from pathlib import Path
 from typing import Any
 
 from app.cli.errors import CommandError
-from app.cli.text import help_text
+from app.cli.text import command
 
 
 def add_parsers(sub: Any) -> None:
-    p = sub.add_parser(
+    p = command(
+        sub,
         "promote",
-        help="verify a version and point LATEST at it; every server follows",
-        description=help_text(__doc__),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        "verify a version and point LATEST at it; every server follows",
+        __doc__,
     )
     p.add_argument("--store", type=Path, default=Path("models_store"))
     p.add_argument("--name", required=True, help="bundle name")
     p.add_argument("version", metavar="VERSION", help="the version directory to serve")
     p.set_defaults(run=run_promote)
 
-    r = sub.add_parser(
-        "rollback",
-        help="point LATEST back at the version it named before",
-        description=help_text(__doc__),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    r = command(sub, "rollback", "point LATEST back at the version it named before", __doc__)
     r.add_argument("--store", type=Path, default=Path("models_store"))
     r.add_argument("--name", required=True, help="bundle name")
     r.set_defaults(run=run_rollback)
