@@ -98,10 +98,9 @@ def test_weights_record_gate_and_page(demo_url: str, bundles: Bundles) -> None:
     )  # fmt: skip
     assert record.input.mode == "hash" and record.input.digest
     for got, want in zip(record.predictions, sent.predictions, strict=True):
-        assert (got.prediction, got.weights, got.uncertainty) == (
-            want.prediction, want.weights, want.uncertainty,
+        assert (got.prediction, got.weights, got.experts, got.uncertainty) == (
+            want.prediction, want.weights, want.experts, want.uncertainty,
         )  # fmt: skip
-        assert got.experts is None
     np.testing.assert_allclose(
         list(gate.weights.values()), list(sent.predictions[0].weights.values()), atol=TOL, rtol=0
     )
