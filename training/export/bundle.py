@@ -118,6 +118,21 @@ def weight_histogram(est: IABMAClassifier | IABMARegressor) -> WeightHistogram |
     )
 
 
+def seal_version(tmp: Path, manifest: Manifest, path: Path) -> None:
+    """Write ``manifest.json`` last into ``tmp``, make every file read-only and rename
+    ``tmp`` to ``path`` (atomic on one filesystem)."""
+    text = json.dumps(manifest.model_dump(mode="json"), indent=2, sort_keys=False)
+    with (tmp / MANIFEST_FILE).open("w", encoding="utf-8") as fh:
+        fh.write(text + "\n")
+        fh.flush()
+        os.fsync(fh.fileno())
+    for f in tmp.rglob("*"):
+        if f.is_file():
+            f.chmod(stat.S_IRUSR | stat.S_IRGRP | stat.S_IROTH)
+    os.rename(tmp, path)
+    fsync_dir(path.parent)
+
+
 def export_bundle(
     est: IABMAClassifier | IABMARegressor,
     store: Path | str,
@@ -237,16 +252,7 @@ def export_bundle(
             library_versions=library_versions(),
             created_at=datetime.now(UTC),
         )
-        text = json.dumps(manifest.model_dump(mode="json"), indent=2, sort_keys=False)
-        with (tmp / MANIFEST_FILE).open("w", encoding="utf-8") as fh:
-            fh.write(text + "\n")
-            fh.flush()
-            os.fsync(fh.fileno())
-        for f in tmp.rglob("*"):
-            if f.is_file():
-                f.chmod(stat.S_IRUSR | stat.S_IRGRP | stat.S_IROTH)
-        os.rename(tmp, root / version)
-        fsync_dir(root)
+        seal_version(tmp, manifest, root / version)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

@@ -1,0 +1,111 @@
+"""Outcomes with the inputs they answer: what ``iabma refit`` learns from; blocking reads.
+
+Every stored outcome of a model, joined to the audit record of the prediction it scores:
+the outcome row itself, and once per record what the trail kept of its input (the
+instances in ``full`` mode, the keyed hash in ``hash`` mode, nothing in ``off``). The
+record's columns are decoded here, beside the tables, so that a change of the trail's
+storage changes this module and not its readers.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+from sqlalchemy import Engine, select
+
+from app.audit.records import _hmac, canonical_json
+from app.audit.tables import outcomes, records
+
+
+@dataclass(frozen=True)
+class LabelledRow:
+    """One outcome: the served row it scores and the outcome (a class label or a number)."""
+
+    record_id: int
+    request_id: str
+    row: int
+    record_us: int
+    version: str
+    experts: tuple[str, ...]
+    outcome: Any
+
+
+@dataclass(frozen=True)
+class RecordInput:
+    """What a record kept of its request's input: ``mode`` ``full`` (``instances`` set),
+    ``hash`` (``hmac_sha256`` of the canonical JSON of the instances) or ``off``."""
+
+    request_id: str
+    mode: str
+    n_instances: int
+    hmac_sha256: str | None
+    instances: list[dict[str, Any]] | None
+
+
+def labelled_rows(
+    engine: Engine,
+    model: str,
+    since_us: int | None = None,
+    until_us: int | None = None,
+    version: str | None = None,
+) -> tuple[list[LabelledRow], dict[int, RecordInput]]:
+    """The outcomes of ``model`` whose prediction was served in ``[since_us, until_us)``
+    (by ``version``), oldest first, and the input of each record they belong to, by id."""
+    o, r = outcomes.c, records.c
+    conditions = [o.model == model]
+    if since_us is not None:
+        conditions.append(o.record_us >= since_us)
+    if until_us is not None:
+        conditions.append(o.record_us < until_us)
+    if version is not None:
+        conditions.append(o.version == version)
+    query = (
+        select(o.record_id, o.request_id, o.row_index, o.record_us, o.version, o.experts)
+        .add_columns(o.outcome)
+        .where(*conditions)
+        .order_by(o.record_us, o.record_id, o.row_index)
+    )
+    with engine.connect() as conn:
+        found = conn.execute(query).fetchall()
+        ids = sorted({int(row[0]) for row in found})
+        inputs = _inputs(conn, ids)
+    names: dict[str, tuple[str, ...]] = {}
+    rows = [
+        LabelledRow(
+            int(rid),
+            req,
+            int(k),
+            int(us),
+            ver,
+            names.setdefault(ex, tuple(json.loads(ex))),
+            orjson.loads(text),
+        )  # fmt: skip
+        for rid, req, k, us, ver, ex, text in found
+    ]
+    return rows, inputs
+
+
+# Record ids per SELECT: well under SQLite's 32766 bound parameters.
+IDS_PER_QUERY = 2000
+
+
+def _inputs(conn: Any, ids: list[int]) -> dict[int, RecordInput]:
+    r = records.c
+    out: dict[int, RecordInput] = {}
+    for start in range(0, len(ids), IDS_PER_QUERY):
+        chunk = ids[start : start + IDS_PER_QUERY]
+        query = select(
+            r.id, r.request_id, r.input_mode, r.n_instances, r.input_hash, r.input_json
+        ).where(r.id.in_(chunk))
+        for rid, req, mode, n, digest, text in conn.execute(query):
+            instances = orjson.loads(text) if text is not None else None
+            out[int(rid)] = RecordInput(req, mode, int(n), digest, instances)
+    return out
+
+
+def input_hmac(key: bytes, instances: list[dict[str, Any]]) -> str:
+    """The keyed hash the trail keeps of a request's ``instances`` in ``hash`` mode."""
+    return _hmac(key, canonical_json(instances))

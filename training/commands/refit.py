@@ -1,0 +1,193 @@
+"""``iabma refit``: refit a bundle's gate on the outcomes in the audit trail; stage it.
+
+Reads the outcome rows (and their inputs) of the window, refits the gate on all but a
+held-out share, prints the served and the refitted gate side by side on the held-out rows
+with the bootstrap SE of their paired difference, and writes a new version with the same
+expert files. ``LATEST`` moves only with ``--promote-if-better`` and a gain beyond one SE.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+from typing import Any
+
+from app.cli.text import command
+
+
+def add_parser(sub: Any) -> None:
+    p = command(sub, "refit", "refit the gate on outcomes from the audit trail; stage it", __doc__)
+    p.add_argument("--store", type=Path, default=Path("models_store"))
+    p.add_argument("--name", required=True, help="bundle name")
+    p.add_argument(
+        "--audit-url", default=None, help="the trail's SQLAlchemy URL (default IABMA_AUDIT_URL)"
+    )
+    p.add_argument("--version", default=None, help="the version to refit (default: LATEST)")
+    p.add_argument("--since", default=None, metavar="T", help="rows served at or after T (ISO)")
+    p.add_argument("--until", default=None, metavar="T", help="rows served before T (ISO)")
+    p.add_argument(
+        "--holdout", type=float, default=0.2, help="share of rows held out to compare (0.2)"
+    )
+    p.add_argument(
+        "--csv",
+        type=Path,
+        default=None,
+        help="the requests' inputs, for a trail that kept only their hash: each request's "
+        "rows as sent, in order",
+    )
+    p.add_argument("--id-column", default=None, help="the CSV column holding the request id")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--quiet", action="store_true", help="no progress bars")
+    out = p.add_mutually_exclusive_group()
+    out.add_argument(
+        "--no-publish", action="store_true", help="stage the new version (the default, said out)"
+    )
+    out.add_argument(
+        "--promote-if-better",
+        action="store_true",
+        help="point LATEST at it if it beats the served gate by more than one SE",
+    )
+    p.set_defaults(run=run)
+
+
+def _time_us(option: str, text: str | None) -> int | None:
+    from datetime import UTC, datetime
+
+    from app.audit.records import _EPOCH
+    from training.errors import ParameterError
+
+    if text is None:
+        return None
+    try:
+        stamp = datetime.fromisoformat(text)
+    except ValueError:
+        raise ParameterError(option, text, "must be an ISO-8601 time") from None
+    if stamp.tzinfo is None:
+        stamp = stamp.replace(tzinfo=UTC)
+    delta = stamp - _EPOCH
+    return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
+
+
+def _engine_and_key(args: argparse.Namespace, need_key: bool) -> tuple[Any, bytes | None]:
+    from app.audit.hashkey import audit_hash_key
+    from app.audit.store import AuditStore
+    from app.errors import StartupRefused
+    from app.settings import SettingsError, load_settings
+    from training.errors import ParameterError
+
+    try:
+        settings = load_settings(**({"audit_url": args.audit_url} if args.audit_url else {}))
+    except SettingsError as exc:
+        raise ParameterError("--audit-url", args.audit_url or "IABMA_AUDIT_URL", str(exc)) from None
+    key = None
+    if need_key:
+        try:
+            key = audit_hash_key(settings)
+        except StartupRefused as exc:
+            raise ParameterError("--csv", str(args.csv), f"needs the trail's key: {exc}") from None
+    return AuditStore(settings.audit_url, settings.audit_timeout_seconds), key
+
+
+def run(args: argparse.Namespace) -> int:
+    from sqlalchemy import inspect
+
+    from app.audit.labelled import labelled_rows
+    from app.audit.records import iso_from_us
+    from app.audit.tables import outcomes
+    from app.bundle.loader import BundleError, resolve_version
+    from app.cli.progress import ProgressBar
+    from training.errors import ParameterError
+    from training.estimator.base import fingerprint
+    from training.refit.data import check_rows, from_csv, from_trail
+    from training.refit.export import write_refit
+    from training.refit.gate import GateRefit
+    from training.refit.report import comparison_lines, held_out_metrics
+
+    if (args.csv is None) != (args.id_column is None):
+        raise ParameterError("--csv", str(args.csv), "and --id-column go together")
+    try:
+        source = resolve_version(args.store, args.name, args.version)
+    except BundleError as exc:
+        raise ParameterError(
+            "--version" if args.version else "--name", args.name, str(exc)
+        ) from None
+    since, until = _time_us("--since", args.since), _time_us("--until", args.until)
+    began = time.perf_counter()
+    store, key = _engine_and_key(args, args.csv is not None)
+    try:
+        if not inspect(store.engine).has_table(outcomes.name):
+            raise ParameterError(
+                "--audit-url", args.audit_url or "IABMA_AUDIT_URL", "holds no outcomes"
+            )
+        rows, inputs = labelled_rows(store.engine, args.name, since, until)
+    finally:
+        store.close()
+    read_s = time.perf_counter() - began
+    refit = GateRefit(source, holdout=args.holdout, random_state=args.seed, verbose=not args.quiet)
+    from app.bundle.loader import read_manifest
+
+    check_rows(rows, read_manifest(source))
+    if args.csv is not None:
+        assert key is not None
+        data = from_csv(rows, inputs, args.csv, args.id_column, key)
+    else:
+        data = from_trail(rows, inputs)
+    window = f"{iso_from_us(int(data.record_us[0]))} to {iso_from_us(int(data.record_us[-1]))}"
+    print(
+        f"refitting the gate of {args.name} {source.name} on {len(rows):,} outcome rows "
+        f"served {window} by {', '.join(data.versions)} (read in {read_s:.1f} s)"
+    )
+    bar = ProgressBar(len(rows), "rows through the experts")
+
+    def progress(done: int, total: int) -> None:
+        bar.update(done)
+        if done == total:
+            bar.close()  # before the gate's own progress bars
+
+    t0 = time.perf_counter()
+    refit.fit(data.X, data.y, None if args.quiet else progress)
+    fit_s = time.perf_counter() - t0
+    c = refit.comparison_
+    for line in comparison_lines(refit, source.name):
+        print(line)
+    promote = bool(args.promote_if_better and refit.better)
+    provenance = {
+        "source_version": source.name,
+        "since": args.since,
+        "until": args.until,
+        "first_row": iso_from_us(int(data.record_us[0])),
+        "last_row": iso_from_us(int(data.record_us[-1])),
+        "rows": len(rows),
+        "served_by": list(data.versions),
+        "inputs": "csv" if args.csv is not None else "trail",
+        "holdout": args.holdout,
+        **{k: c[k] for k in ("n_fit", "n_held_out", "old_nll", "new_nll")},
+        **{k: c[k] for k in ("difference", "se_difference")},
+        "gate": refit.combiner_.selected_.get("gate", "network"),
+        "fit_seconds": round(fit_s, 2),
+    }
+    t_export = time.perf_counter()
+    path = write_refit(
+        refit,
+        args.store,
+        provenance=provenance,
+        metrics=held_out_metrics(refit),
+        data_fingerprint=fingerprint(data.X, data.y.astype(str)),
+        publish=promote,
+    )
+    export_s = time.perf_counter() - t_export
+    if promote:
+        print(f"wrote {path} and pointed {path.parent / 'LATEST'} at it (better beyond one SE)")
+    else:
+        why = "" if not args.promote_if_better else " (not better by more than one SE)"
+        print(
+            f"staged {path}{why}; serve it with: iabma promote --store {args.store} "
+            f"--name {args.name} {path.name}"
+        )
+    total = time.perf_counter() - began
+    print(
+        f"timings: read {read_s:.1f} s, experts and gate {fit_s:.1f} s, export "
+        f"{export_s:.1f} s, total {total:.1f} s"
+    )
+    return 0

@@ -1,0 +1,153 @@
+"""Write a refitted gate as a new version of its bundle, the expert files copied unchanged.
+
+Only ``gate.onnx``, ``ensemble.onnx`` and the manifest are new: every expert file is
+copied byte for byte, so its sha256 in the manifest is the source version's. The new
+graphs are checked against the refitted gate in memory before the version is sealed
+(:func:`~training.export.bundle.seal_version`, atomic), and ``LATEST`` moves only when
+``publish`` says so.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+
+from app.bundle.drift import WEIGHT_EDGES, weight_counts
+from app.bundle.loader import sha256_file
+from app.bundle.manifest import GateEntry, MixtureSpec, PriorSpec, WeightHistogram
+from app.bundle.mixture import mix_classification
+from app.bundle.pointer import publish_latest
+from training.errors import ExportError
+from training.export.bundle import GATE_TOL, library_versions, new_version
+from training.export.bundle import seal_version
+from training.export.ensemble import ENSEMBLE_TOL, ExpertGraph, Target, build_ensemble
+from training.onnx_graph import GraphBuilder
+from training.refit.gate import GateRefit
+
+
+def _target(refit: GateRefit) -> Target:
+    m = refit.manifest_
+    if m.task == "classification":
+        return Target("classification", n_classes=len(m.target.classes or []))
+    return Target(
+        "regression",
+        mean=m.target.mean or 0.0,
+        scale=m.target.scale or 1.0,
+        sigmas=tuple(float(s) for s in refit.sigmas),
+    )
+
+
+def _run(path: Path, columns: dict[str, np.ndarray], outputs: list[str]) -> list[np.ndarray]:
+    sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    feeds = {i.name: columns[i.name] for i in sess.get_inputs()}
+    return [np.asarray(a, dtype=np.float64) for a in sess.run(outputs, feeds)]
+
+
+def _check(what: str, got: np.ndarray, want: np.ndarray, tol: float) -> float:
+    diff = float(np.max(np.abs(got - want))) if got.size else 0.0
+    if not diff <= tol:
+        raise ExportError(f"the refitted {what} disagrees with the fitted gate by {diff:.3g}")
+    return diff
+
+
+def write_gate_graphs(refit: GateRefit, tmp: Path) -> dict[str, float]:
+    """``gate.onnx`` and ``ensemble.onnx`` for the refitted gate, each checked against it."""
+    m, comb, enc = refit.manifest_, refit.combiner_, refit.encoder_
+    g = GraphBuilder("iabma_gate")
+    g.add_output("weights", comb.to_onnx(g, enc.to_onnx(g)))
+    (tmp / m.gate.file).write_bytes(g.build().SerializeToString())
+    cols = refit.columns_check_
+    want_w = comb.weights(enc.transform(cols))
+    (got_w,) = _run(tmp / m.gate.file, cols, ["weights"])
+    gate_diff = _check("gate graph", got_w, want_w, GATE_TOL)
+    experts = [
+        ExpertGraph(e.name, onnx.load(str(tmp / e.file)), e.output, e.output_units == "original")
+        for e in m.experts
+    ]
+    model = build_ensemble(m.features, enc, comb, experts, _target(refit), refit.temperature_)
+    (tmp / m.ensemble.file).write_bytes(model.SerializeToString())
+    if m.task == "classification":
+        got_w, proba, expert_p = _run(
+            tmp / m.ensemble.file, cols, ["weights", "probabilities", "expert_probabilities"]
+        )
+        want_p = mix_classification(want_w, expert_p, refit.temperature_).proba
+        worst = max(_check("ensemble's weights", got_w, want_w, ENSEMBLE_TOL), gate_diff)
+        worst = max(worst, _check("ensemble's probabilities", proba, want_p, ENSEMBLE_TOL))
+    else:
+        (got_w,) = _run(tmp / m.ensemble.file, cols, ["weights"])
+        worst = max(_check("ensemble's weights", got_w, want_w, ENSEMBLE_TOL), gate_diff)
+    return {"gate_parity_max_abs_diff": gate_diff, "ensemble_parity_max_abs_diff": worst}
+
+
+def write_refit(
+    refit: GateRefit,
+    store: Path,
+    *,
+    provenance: dict[str, Any],
+    metrics: dict[str, dict[str, float]],
+    data_fingerprint: str,
+    publish: bool = False,
+) -> Path:
+    """Write the refitted gate as a new version of the source's bundle; return its path."""
+    old = refit.manifest_
+    root = Path(store) / old.name
+    version = new_version(root)
+    source = Path(refit.path)
+    tmp = root / f".tmp-{version}-{os.getpid()}"
+    (tmp / "experts").mkdir(parents=True)
+    try:
+        for e in old.experts:
+            (tmp / e.file).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(source / e.file, tmp / e.file)
+            if sha256_file(tmp / e.file) != e.sha256:
+                raise ExportError(f"expert file {e.file} changed while it was copied")
+        parity = write_gate_graphs(refit, tmp)
+        comb = refit.combiner_
+        counts = weight_counts(refit.fit_weights_)
+        gate = GateEntry(
+            file=old.gate.file,
+            sha256=sha256_file(tmp / old.gate.file),
+            combiner=comb.name,
+            inputs=refit.encoder_.schema.inputs,
+            params=comb.manifest_params(),
+            prior=PriorSpec(
+                baseline=comb.prior_baseline_.tolist(),
+                temperature=comb.prior_temperature_,
+                reduction=comb.energy_reduction,
+                energy_scale=comb.energy_scale,
+            ),
+            weight_histogram=WeightHistogram(
+                edges=list(WEIGHT_EDGES),
+                counts={n: c.tolist() for n, c in zip(old.expert_names, counts, strict=True)},
+                rows=int(counts[0].sum()),
+            ),
+        )
+        manifest = old.model_copy(
+            update={
+                "version": version,
+                "gate": gate,
+                "ensemble": old.ensemble.model_copy(
+                    update={"sha256": sha256_file(tmp / old.ensemble.file)}
+                ),
+                "mixture": MixtureSpec(temperature=refit.temperature_),
+                "training": {**old.training, **parity, "refit": provenance},
+                "metrics": metrics,
+                "data_fingerprint": data_fingerprint,
+                "library_versions": library_versions(),
+                "created_at": datetime.now(UTC),
+            }
+        )
+        seal_version(tmp, type(old).model_validate(manifest.model_dump()), root / version)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    if publish:
+        publish_latest(root, version)
+    return root / version

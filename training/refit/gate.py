@@ -1,0 +1,220 @@
+"""A bundle's gate refitted on outcome rows, and compared with the served gate.
+
+The experts are not refitted: their likelihoods come from the bundle's own graphs, run
+through its served ``ensemble.onnx`` (which holds each expert graph unchanged), so each
+row's evidence is what the experts said when it was served. The gate and its temperature
+are fitted by :class:`~training.combiners.iabma_gate.IABMAGate`, with the selection and
+the guard against stacking's pool that training uses, on all but a held-out share of the
+rows; both gates are then scored on the held-out rows, paired.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnxruntime as ort
+import pandas as pd
+
+from app.bundle.columns import Columns
+from app.bundle.loader import open_bundle
+from app.bundle.manifest import Manifest
+from app.bundle.mixture import mix_classification, mix_regression
+from training.combiners.iabma_gate import IABMAGate
+from training.errors import NotFittedError, ParameterError
+from training.evaluate import BOOTSTRAP_RESAMPLES, bootstrap_se
+from training.evidence import Evidence, classification_evidence, regression_evidence
+from training.features import FeatureSchema
+from training.gate_encoder import GateEncoder
+from training.refit.data import RefitRefused
+
+# Rows per run of the served graph: bounds its memory and paces the progress bar.
+CHUNK_ROWS = 8192
+
+
+def take(columns: Columns, idx: np.ndarray | slice) -> Columns:
+    """The rows ``idx`` of every column."""
+    return {k: v[idx] for k, v in columns.items()}
+
+
+class GateRefit:
+    """Refit the gate of the bundle at ``path`` on outcome rows; keep its experts.
+
+    Parameters
+    ----------
+    path : Path
+        The source version's directory.
+    holdout : float, default=0.2
+        Share of the rows held out to compare the refitted gate with the served one.
+    random_state : int, default=0
+        Seeds the held-out split and the gate.
+    verbose : bool, default=False
+        Progress bars.
+
+    Attributes
+    ----------
+    manifest_ : Manifest
+        The source version's manifest.
+    schema_ : FeatureSchema
+        Its features and input rule.
+    encoder_ : GateEncoder
+        The gate's view of the features, fitted on the fitting rows.
+    combiner_ : IABMAGate
+        The refitted gate.
+    temperature_ : float
+        The refitted mixture temperature.
+    held_out_ : ndarray of int
+        Positions of the held-out rows.
+    comparison_ : dict
+        Held-out NLL of the served (``old_nll``) and refitted (``new_nll``) gate, their
+        paired ``difference`` (new minus old) and its bootstrap ``se_difference``.
+    mean_weights_ : dict
+        Mean weight per expert on the held-out rows, ``{"old": {...}, "new": {...}}``.
+    held_weights_ : dict
+        Both gates' weights on the held-out rows, ``{"old": ..., "new": ...}``.
+    y_held_ : ndarray
+        The held-out outcomes, encoded.
+    """
+
+    def __init__(
+        self, path: Path, *, holdout: float = 0.2, random_state: int = 0, verbose: bool = False
+    ) -> None:
+        self.path = path
+        self.holdout = holdout
+        self.random_state = random_state
+        self.verbose = verbose
+
+    def fit(
+        self, X: pd.DataFrame, y: np.ndarray, progress: Callable[[int, int], None] | None = None
+    ) -> GateRefit:
+        """Fit on raw inputs ``X`` and outcomes ``y``; ``progress(done, total)`` follows
+        the experts' rows."""
+        if not 0.05 <= self.holdout <= 0.5:
+            raise ParameterError("--holdout", self.holdout, "must be between 0.05 and 0.5")
+        bundle = open_bundle(Path(self.path))
+        self.manifest_ = m = bundle.manifest
+        self.schema_ = FeatureSchema(tuple(m.features), m.input_rule.normaliser())
+        columns = self.schema_.columns(X)
+        y_enc = self.encode_target(y)
+        served = self._served(bundle.session, columns, len(y_enc), progress)
+        self.outputs_, old_w = served
+        n = len(y_enc)
+        order = np.random.default_rng(self.random_state).permutation(n)
+        n_held = max(1, round(self.holdout * n))
+        self.held_out_, fit_rows = np.sort(order[:n_held]), np.sort(order[n_held:])
+        names = [self.schema_.name_of(i) for i in m.gate.inputs]
+        self.encoder_ = GateEncoder(self.schema_.subset(names)).fit(take(columns, fit_rows))
+        Z = self.encoder_.transform(columns)
+        evidence = self.evidence(self.outputs_[fit_rows], y_enc[fit_rows])
+        gate = IABMAGate(random_state=self.random_state, verbose=self.verbose)
+        self.combiner_ = gate.fit(Z[fit_rows], evidence)
+        self.temperature_ = float(self.combiner_.temperature_)
+        self.fit_weights_ = self.combiner_.weights(Z[fit_rows])
+        held = self.held_out_
+        new_w = self.combiner_.weights(Z[held])
+        old = self.row_nll(old_w[held], self.outputs_[held], y_enc[held], m.mixture.temperature)
+        new = self.row_nll(new_w, self.outputs_[held], y_enc[held], self.temperature_)
+        diff = new - old
+        self.comparison_ = {
+            "old_nll": float(old.mean()),
+            "new_nll": float(new.mean()),
+            "difference": float(diff.mean()),
+            "se_difference": bootstrap_se(diff, self.random_state),
+            "resamples": BOOTSTRAP_RESAMPLES,
+            "n_fit": len(fit_rows),
+            "n_held_out": n_held,
+        }
+        experts = m.expert_names
+        self.mean_weights_ = {
+            "old": dict(zip(experts, old_w[held].mean(axis=0).tolist(), strict=True)),
+            "new": dict(zip(experts, new_w.mean(axis=0).tolist(), strict=True)),
+        }
+        self.held_weights_ = {"old": old_w[held], "new": new_w}
+        self.y_held_ = y_enc[held]
+        self.columns_check_ = take(columns, held[:512])
+        return self
+
+    @property
+    def better(self) -> bool:
+        """Whether the refitted gate beats the served one by more than the paired SE."""
+        if not hasattr(self, "comparison_"):
+            raise NotFittedError("GateRefit is not fitted; call fit first")
+        c = self.comparison_
+        return bool(c["difference"] < -c["se_difference"])
+
+    # -- the task's pieces ------------------------------------------------------------------
+    def encode_target(self, y: np.ndarray) -> np.ndarray:
+        """Class codes of the bundle's classes, or the target standardised as training did."""
+        target = self.manifest_.target
+        if self.manifest_.task == "classification":
+            assert target.classes is not None
+            codes = {str(c): k for k, c in enumerate(target.classes)}
+            out = np.empty(len(y), dtype=np.int64)
+            for i, label in enumerate(y):
+                code = codes.get(str(label))
+                if code is None:
+                    raise RefitRefused(
+                        f"outcome {label!r} is not one of the bundle's classes "
+                        f"({', '.join(map(str, target.classes))})"
+                    )
+                out[i] = code
+            return out
+        try:
+            values = np.asarray(y, dtype=np.float64)
+        except (TypeError, ValueError):
+            raise RefitRefused("outcomes must be numbers for a regression bundle") from None
+        assert target.mean is not None and target.scale is not None
+        return (values - target.mean) / target.scale
+
+    def evidence(self, outputs: np.ndarray, y_enc: np.ndarray) -> Evidence:
+        m = self.manifest_
+        if m.task == "classification":
+            return classification_evidence(outputs, y_enc)
+        return regression_evidence(
+            outputs, y_enc, self.sigmas, y_low=m.target.low or 0.0, y_high=m.target.high or 0.0
+        )
+
+    @property
+    def sigmas(self) -> np.ndarray:
+        return np.array([e.sigma for e in self.manifest_.experts], dtype=np.float64)
+
+    def row_nll(
+        self, weights: np.ndarray, outputs: np.ndarray, y_enc: np.ndarray, temperature: float
+    ) -> np.ndarray:
+        """Per-row NLL of a mixture; regression in the target's units."""
+        if self.manifest_.task == "classification":
+            p = mix_classification(weights, outputs, temperature).proba
+            return -np.log(np.clip(p[np.arange(len(y_enc)), y_enc], 1e-300, None))
+        mix = mix_regression(weights, outputs, self.sigmas, temperature)
+        scale = self.manifest_.target.scale or 1.0
+        return np.log(scale) - mix.logpdf(y_enc)
+
+    def _served(
+        self,
+        session: ort.InferenceSession,
+        columns: Columns,
+        n: int,
+        progress: Callable[[int, int], None] | None,
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """The experts' outputs (probabilities, or standardised means) and the served
+        gate's weights, from the served graph, in chunks."""
+        m: Manifest = self.manifest_
+        wanted = (
+            ["expert_probabilities", "weights"]
+            if m.task == "classification"
+            else ["expert_means", "weights"]
+        )
+        parts: list[list[Any]] = [[], []]
+        for start in range(0, n, CHUNK_ROWS):
+            chunk = take(columns, slice(start, start + CHUNK_ROWS))
+            for k, out in enumerate(session.run(wanted, chunk)):
+                parts[k].append(np.asarray(out, dtype=np.float64))
+            if progress is not None:
+                progress(min(start + CHUNK_ROWS, n), n)
+        outputs, weights = (np.concatenate(p) for p in parts)
+        if m.task == "regression":
+            assert m.target.mean is not None and m.target.scale is not None
+            outputs = (outputs - m.target.mean) / m.target.scale
+        return outputs, weights
