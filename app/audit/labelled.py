@@ -54,7 +54,7 @@ def labelled_rows(
 ) -> tuple[list[LabelledRow], dict[int, RecordInput]]:
     """The outcomes of ``model`` whose prediction was served in ``[since_us, until_us)``
     (by ``version``), oldest first, and the input of each record they belong to, by id."""
-    o, r = outcomes.c, records.c
+    o = outcomes.c
     conditions = [o.model == model]
     if since_us is not None:
         conditions.append(o.record_us >= since_us)
@@ -63,13 +63,12 @@ def labelled_rows(
     if version is not None:
         conditions.append(o.version == version)
     query = (
-        select(o.record_id, o.request_id, o.row_index, o.record_us, o.version, o.experts)
-        .add_columns(o.outcome)
+        select(o.record_id, o.request_id, o.row_index, o.record_us, o.version, o.experts, o.outcome)
         .where(*conditions)
         .order_by(o.record_us, o.record_id, o.row_index)
     )
     with engine.connect() as conn:
-        found = conn.execute(query).fetchall()
+        found: list[Any] = list(conn.execute(query).fetchall())
         ids = sorted({int(row[0]) for row in found})
         inputs = _inputs(conn, ids)
     names: dict[str, tuple[str, ...]] = {}
@@ -82,7 +81,7 @@ def labelled_rows(
             ver,
             names.setdefault(ex, tuple(json.loads(ex))),
             orjson.loads(text),
-        )  # fmt: skip
+        )
         for rid, req, k, us, ver, ex, text in found
     ]
     return rows, inputs

@@ -95,7 +95,7 @@ def run(args: argparse.Namespace) -> int:
     from app.audit.labelled import labelled_rows
     from app.audit.records import iso_from_us
     from app.audit.tables import outcomes
-    from app.bundle.loader import BundleError, resolve_version
+    from app.bundle.loader import BundleError, read_manifest, resolve_version
     from app.cli.progress import ProgressBar
     from training.errors import ParameterError
     from training.estimator.base import fingerprint
@@ -125,8 +125,6 @@ def run(args: argparse.Namespace) -> int:
         store.close()
     read_s = time.perf_counter() - began
     refit = GateRefit(source, holdout=args.holdout, random_state=args.seed, verbose=not args.quiet)
-    from app.bundle.loader import read_manifest
-
     check_rows(rows, read_manifest(source))
     if args.csv is not None:
         assert key is not None

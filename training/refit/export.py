@@ -25,8 +25,7 @@ from app.bundle.manifest import GateEntry, MixtureSpec, PriorSpec, WeightHistogr
 from app.bundle.mixture import mix_classification
 from app.bundle.pointer import publish_latest
 from training.errors import ExportError
-from training.export.bundle import GATE_TOL, library_versions, new_version
-from training.export.bundle import seal_version
+from training.export.bundle import GATE_TOL, library_versions, new_version, seal_version
 from training.export.ensemble import ENSEMBLE_TOL, ExpertGraph, Target, build_ensemble
 from training.onnx_graph import GraphBuilder
 from training.refit.gate import GateRefit
