@@ -1,0 +1,157 @@
+"""``iabma refit`` as a user runs it: on a trail with outcomes, through the real app and
+onnxruntime. The outcomes follow one expert (``lda``); the refitted gate must find it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from app.bundle.loader import open_bundle
+from app.bundle.pointer import current
+from app.cli.main import main
+from tests.support.bundles import instances
+from tests.support.outcomes import drawn_from
+from tests.training.refit.conftest import TRUTH, World
+from training.datasets import simulate
+
+
+def refit(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    code = main(["refit", "--quiet", *args])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def versions(store: Path) -> list[str]:
+    return sorted(p.name for p in (store / "demo").iterdir() if p.name[0].isdigit())
+
+
+def fresh_nll(path: Path, X: pd.DataFrame, y: np.ndarray) -> tuple[float, np.ndarray]:
+    """Mean NLL of a bundle's served graph on ``(X, y)``, and its weights."""
+    bundle = open_bundle(path)
+    feeds = {f.input: np.asarray(X[f.name], np.float32)[:, None] for f in bundle.manifest.features}
+    p, w = bundle.session.run(["probabilities", "weights"], feeds)
+    return float(-np.log(p[np.arange(len(y)), y]).mean()), np.asarray(w)
+
+
+def test_labels_from_one_expert_close_the_gap_to_it_and_leave_latest(
+    world: World, store: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, err = refit(
+        capsys, "--store", str(store), "--name", "demo", "--audit-url", world.full_url,
+        "--no-publish",
+    )  # fmt: skip
+    assert code == 0, err
+    assert current(store / "demo") == world.version, "--no-publish leaves LATEST"
+    new = next(v for v in versions(store) if v != world.version)
+    assert f"staged {store / 'demo' / new}" in out
+    assert "bootstrap standard error of the paired difference" in out
+    old_m = json.loads((store / "demo" / world.version / "manifest.json").read_text())
+    new_m = json.loads((store / "demo" / new / "manifest.json").read_text())
+    for e_old, e_new in zip(old_m["experts"], new_m["experts"], strict=True):
+        old_bytes = (store / "demo" / world.version / e_old["file"]).read_bytes()
+        assert (store / "demo" / new / e_new["file"]).read_bytes() == old_bytes
+        assert e_new["sha256"] == e_old["sha256"]
+    provenance = new_m["training"]["refit"]
+    assert provenance["source_version"] == world.version
+    assert provenance["rows"] == 2000 and provenance["n_held_out"] == 400
+    assert provenance["new_nll"] < provenance["old_nll"]
+    assert provenance["first_row"] <= provenance["last_row"]
+
+    # Fresh rows of the same world: the outcomes follow lda's own probabilities.
+    fresh = simulate(3000, 99).X
+    old_path, new_path = store / "demo" / world.version, store / "demo" / new
+    bundle = open_bundle(old_path)
+    feeds = {
+        f.input: np.asarray(fresh[f.name], np.float32)[:, None] for f in bundle.manifest.features
+    }
+    (experts,) = bundle.session.run(["expert_probabilities"], feeds)
+    j = bundle.manifest.expert_names.index(TRUTH)
+    rng = np.random.default_rng(5)
+    truth_p = experts[:, j]
+    y = (rng.random(len(fresh)) < truth_p[:, 1]).astype(np.int64)
+    old_nll, _ = fresh_nll(old_path, fresh, y)
+    new_nll, new_w = fresh_nll(new_path, fresh, y)
+    expert_nll = float(-np.log(truth_p[np.arange(len(y)), y]).mean())
+    closed = (old_nll - new_nll) / (old_nll - expert_nll)
+    assert closed >= 0.8, (old_nll, new_nll, expert_nll)
+    assert new_w[:, j].mean() >= 0.6
+
+
+def test_promote_if_better_moves_latest_and_rollback_moves_it_back(
+    world: World, store: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, err = refit(
+        capsys, "--store", str(store), "--name", "demo", "--audit-url", world.full_url,
+        "--promote-if-better", "--holdout", "0.3",
+    )  # fmt: skip
+    assert code == 0, err
+    new = current(store / "demo")
+    assert new != world.version and "pointed" in out
+    manifest = json.loads((store / "demo" / new / "manifest.json").read_text())
+    assert manifest["training"]["refit"]["n_held_out"] == 600
+    assert main(["rollback", "--store", str(store), "--name", "demo"]) == 0
+    assert current(store / "demo") == world.version
+
+
+def test_hashed_inputs_come_from_a_csv_that_matches_the_trail(
+    world: World, store: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    common = ["--store", str(store), "--name", "demo", "--audit-url", world.hash_url]
+    code, _, err = refit(capsys, *common)
+    assert code == 2
+    assert err.count("\n") == 1 and "keeps no inputs for 600 of 600" in err and "--csv" in err
+
+    frame = pd.concat([pd.DataFrame(rows).assign(rid=rid) for rid, rows in world.hash_sent.items()])
+    good = tmp_path / "inputs.csv"
+    frame.to_csv(good, index=False)
+    code, out, err = refit(capsys, *common, "--csv", str(good), "--id-column", "rid")
+    assert code == 0, err
+    staged = [v for v in versions(store) if v != world.version]
+    manifest = json.loads((store / "demo" / staged[0] / "manifest.json").read_text())
+    assert manifest["training"]["refit"]["inputs"] == "csv"
+
+    bad = tmp_path / "bad.csv"
+    frame.assign(x1=frame["x1"].where(frame.index != 3, frame["x1"] + 0.5)).to_csv(bad, index=False)
+    code, _, err = refit(capsys, *common, "--csv", str(bad), "--id-column", "rid")
+    assert code == 2
+    assert err.count("\n") == 1 and "do not match the trail's keyed hash" in err
+
+
+def test_too_few_rows_is_refused_stating_the_minimum(
+    world: World, store: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, _, err = refit(
+        capsys, "--store", str(store), "--name", "demo", "--audit-url", world.full_url,
+        "--until", "2000-01-01T00:00:00Z",
+    )  # fmt: skip
+    assert code == 2
+    assert err.count("\n") == 1 and "0 in the window, a refit needs at least 200" in err
+    assert versions(store) == [world.version]
+
+
+def test_rows_served_by_other_experts_are_refused(
+    world: World, store: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from tests.support.outcomes import serve_with_outcomes
+    from training.estimator import IABMAClassifier
+    from training.experts.defaults import simulation_experts
+    from training.export.bundle import export_bundle
+
+    train = simulate(500, 1)
+    two = [e for e in simulation_experts() if e.name in ("poly2", "lda")]
+    est = IABMAClassifier(two, random_state=0).fit(train.X, train.y)
+    export_bundle(est, store, "demo", train.X)  # LATEST now names it
+    rows = instances(simulate(250, 3).X)
+    serve_with_outcomes(store, tmp_path, rows, drawn_from("lda", np.random.default_rng(1)))
+    code, _, err = refit(
+        capsys, "--store", str(store), "--name", "demo", "--version", world.version,
+        "--audit-url", f"sqlite:///{tmp_path / 'audit.db'}",
+    )  # fmt: skip
+    assert code == 2
+    assert err.count("\n") == 1
+    assert "250 outcome rows were served by versions with other experts" in err
+    assert "poly2, lda" in err
