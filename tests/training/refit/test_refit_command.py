@@ -29,11 +29,16 @@ def versions(store: Path) -> list[str]:
     return sorted(p.name for p in (store / "demo").iterdir() if p.name[0].isdigit())
 
 
-def fresh_nll(path: Path, X: pd.DataFrame, y: np.ndarray) -> tuple[float, np.ndarray]:
-    """Mean NLL of a bundle's served graph on ``(X, y)``, and its weights."""
+def served(path: Path, X: pd.DataFrame, outputs: list[str]) -> list[np.ndarray]:
+    """The named outputs of a bundle's served graph on the numeric frame ``X``."""
     bundle = open_bundle(path)
     feeds = {f.input: np.asarray(X[f.name], np.float32)[:, None] for f in bundle.manifest.features}
-    p, w = bundle.session.run(["probabilities", "weights"], feeds)
+    return [np.asarray(a) for a in bundle.session.run(outputs, feeds)]
+
+
+def fresh_nll(path: Path, X: pd.DataFrame, y: np.ndarray) -> tuple[float, np.ndarray]:
+    """Mean NLL of a bundle's served graph on ``(X, y)``, and its weights."""
+    p, w = served(path, X, ["probabilities", "weights"])
     return float(-np.log(p[np.arange(len(y)), y]).mean()), np.asarray(w)
 
 
@@ -77,6 +82,8 @@ def test_labels_from_one_expert_close_the_gap_to_it_and_leave_latest(
     new_nll, new_w = fresh_nll(new_path, fresh, y)
     expert_nll = float(-np.log(truth_p[np.arange(len(y)), y]).mean())
     closed = (old_nll - new_nll) / (old_nll - expert_nll)
+    print(f"gap closed {closed:.3f}: old {old_nll:.4f} new {new_nll:.4f} {TRUTH} {expert_nll:.4f}")
+    print(f"mean weight on {TRUTH}: {new_w[:, j].mean():.3f}")
     assert closed >= 0.8, (old_nll, new_nll, expert_nll)
     assert new_w[:, j].mean() >= 0.6
 
@@ -108,7 +115,7 @@ def test_hashed_inputs_come_from_a_csv_that_matches_the_trail(
     frame = pd.concat([pd.DataFrame(rows).assign(rid=rid) for rid, rows in world.hash_sent.items()])
     good = tmp_path / "inputs.csv"
     frame.to_csv(good, index=False)
-    code, out, err = refit(capsys, *common, "--csv", str(good), "--id-column", "rid")
+    code, _, err = refit(capsys, *common, "--csv", str(good), "--id-column", "rid")
     assert code == 0, err
     staged = [v for v in versions(store) if v != world.version]
     manifest = json.loads((store / "demo" / staged[0] / "manifest.json").read_text())
