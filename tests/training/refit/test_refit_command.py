@@ -13,7 +13,8 @@ import pytest
 from app.bundle.loader import open_bundle
 from app.bundle.pointer import current
 from app.cli.main import main
-from tests.support.bundles import instances
+from tests.support.bundles import instances, make_settings
+from tests.support.harness import AsgiHarness
 from tests.support.outcomes import drawn_from
 from tests.training.refit.conftest import TRUTH, World
 from training.datasets import simulate
@@ -88,8 +89,8 @@ def test_labels_from_one_expert_close_the_gap_to_it_and_leave_latest(
     assert new_w[:, j].mean() >= 0.6
 
 
-def test_promote_if_better_moves_latest_and_rollback_moves_it_back(
-    world: World, store: Path, capsys: pytest.CaptureFixture[str]
+def test_promote_if_better_moves_latest_shows_provenance_and_rolls_back(
+    world: World, store: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     code, out, err = refit(
         capsys, "--store", str(store), "--name", "demo", "--audit-url", world.full_url,
@@ -99,7 +100,21 @@ def test_promote_if_better_moves_latest_and_rollback_moves_it_back(
     new = current(store / "demo")
     assert new != world.version and "pointed" in out
     manifest = json.loads((store / "demo" / new / "manifest.json").read_text())
-    assert manifest["training"]["refit"]["n_held_out"] == 600
+    provenance = manifest["training"]["refit"]
+    assert provenance["n_held_out"] == 600
+    with AsgiHarness(make_settings(store, tmp_path)) as app:
+        models = app.get("/models").json()
+        assert models["version"] == new and models["training"]["refit"] == provenance
+        page = app.get("/audit/bundle", headers={"Accept": "text/html"})
+        assert page.status_code == 200
+        facts = page.text.split('id="refit-facts"')[1].split("</dl>")[0]
+        for shown in (
+            world.version,
+            f"{provenance['old_nll']:.4f}",
+            f"{provenance['new_nll']:.4f}",
+        ):
+            assert shown in facts
+        assert f"{provenance['rows']}: gate fitted on {provenance['n_fit']}" in facts
     assert main(["rollback", "--store", str(store), "--name", "demo"]) == 0
     assert current(store / "demo") == world.version
 
