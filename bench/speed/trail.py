@@ -39,8 +39,11 @@ def seed(
     rng: np.random.Generator,
     rows: int | None = None,
     prefix: str = "bench",
+    input_mode: str = "hash",
 ) -> dict[str, Any]:
-    """``n`` records over the last ``days``, in time order; what they hold."""
+    """``n`` records over the last ``days``, in time order; what they hold (the inputs
+    ``X`` and each expert's served probabilities among it). ``input_mode`` is what the
+    records keep of their inputs, as ``IABMA_AUDIT_PAYLOAD``."""
     bundle = open_bundle(version_dir)
     m = bundle.manifest
     if any(f.dtype != "float" or f.low is None or f.high is None for f in m.features):
@@ -77,7 +80,7 @@ def seed(
                 prediction=pred.proba[part],
                 uncertainty=pred.uncertainty[part],
                 latency_ms=1.0,
-                input_mode="hash",
+                input_mode=input_mode,
                 instances=instances,
                 hash_key=SEED_HASH_KEY,
                 expert_outputs=pred.expert_proba[part] if pred.expert_proba is not None else None,
@@ -96,6 +99,8 @@ def seed(
         "experts": m.expert_names,
         "features": list(X),
         "classes": list(m.target.classes or ()),
+        "X": X,
+        "expert_proba": pred.expert_proba,
     }
 
 
