@@ -1,0 +1,242 @@
+"""The world changes after deployment; outcomes come back; ``iabma refit`` catches up.
+
+The paper's simulation bundle (five experts) is served by our server on a SQLite trail
+that keeps inputs in full. Senders (``--senders`` threads) post fresh simulation rows to
+``/predict`` concurrently and each answer's outcomes to ``/feedback``, in three phases of
+``--requests`` requests of ``--rows`` rows:
+
+1. *before*: the labels are the simulation's own;
+2. *after the change*: in the ring region the labels now follow the ``lda`` expert's
+   probabilities (the linear region is unchanged);
+3. *after the refit*: ``iabma refit --since <change> --promote-if-better`` has refitted
+   the gate on phase 2's outcomes and the server, restarted, serves the new version.
+
+Realised NLL is the served mixture's NLL of each request's outcomes, over time. Beside it,
+on ``--fresh`` new rows from the changed world: the old gate, the refitted gate, and an
+oracle gate fitted (with the same selection and guard) on another ``--fresh`` rows from
+the changed world. Target: the refit closes at least 80% of the old gate's NLL gap to the
+oracle. Figures go to ``<out>/drift-<UTC>.json`` and ``.md``, the plot to
+``bench/figures/drift.png``, and the terminal.
+
+    .venv/bin/python bench/drift.py                    # ~1 min on 2 cores
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+from bench.speed.trail import serve  # noqa: E402
+
+TRUTH = "lda"  # in the ring region, after the change, the labels follow this expert
+TARGET = 0.8
+
+
+def world_labels(
+    rng: np.random.Generator, y: np.ndarray, region: np.ndarray, truth_p1: np.ndarray
+) -> np.ndarray:
+    """The changed world: ring rows (region 1) drawn from ``TRUTH``, the rest as before."""
+    drawn = (rng.random(len(y)) < truth_p1).astype(int)
+    return np.where(region == 1, drawn, y)
+
+
+def send(base: str, phase: str, requests: int, rows: int, senders: int, seed: int) -> list[dict]:
+    """``requests`` predictions of fresh rows and their outcomes, from ``senders`` threads;
+    per request its time and realised NLL."""
+    from training.datasets import simulate
+
+    def one(k: int, client: httpx.Client) -> dict[str, Any]:
+        data = simulate(rows, seed + k)
+        body = {"instances": data.X.to_dict(orient="records")}
+        rid = f"{phase}-{k}"
+        r = client.post("/predict", json=body, headers={"X-Request-ID": rid})
+        r.raise_for_status()
+        preds = r.json()["predictions"]
+        y = data.y.to_numpy()
+        if phase != "before":
+            p1 = np.array([p["experts"][TRUTH]["probabilities"]["1"] for p in preds])
+            y = world_labels(np.random.default_rng(seed + k), y, data.region, p1)
+        p = np.array(
+            [p["prediction"]["probabilities"][str(int(v))] for p, v in zip(preds, y, strict=True)]
+        )
+        outcomes = [{"request_id": rid, "row": i, "outcome": int(v)} for i, v in enumerate(y)]
+        client.post("/feedback", json={"outcomes": outcomes}).raise_for_status()
+        return {"phase": phase, "t": time.time(), "nll": float(-np.log(p).mean())}
+
+    def worker(ks: range) -> list[dict[str, Any]]:
+        with httpx.Client(base_url=base, timeout=60) as client:
+            return [one(k, client) for k in ks]
+
+    with ThreadPoolExecutor(senders) as pool:
+        parts = pool.map(worker, [range(i, requests, senders) for i in range(senders)])
+    return sorted((r for part in parts for r in part), key=lambda r: r["t"])
+
+
+def fresh_world(version_dir: Path, n: int, seed: int) -> tuple[Any, np.ndarray, np.ndarray]:
+    """``n`` rows of the changed world: X, labels and the experts' served probabilities."""
+    from app.bundle.loader import open_bundle
+    from training.datasets import simulate
+
+    data = simulate(n, seed)
+    bundle = open_bundle(version_dir)
+    feeds = {f.input: data.X[[f.name]].to_numpy(np.float32) for f in bundle.manifest.features}
+    (experts,) = bundle.session.run(["expert_probabilities"], feeds)
+    j = bundle.manifest.expert_names.index(TRUTH)
+    y = world_labels(np.random.default_rng(seed), data.y.to_numpy(), data.region, experts[:, j, 1])
+    return data.X, y, np.asarray(experts)
+
+
+def bundle_nll(version_dir: Path, X: Any, y: np.ndarray) -> float:
+    from app.bundle.loader import open_bundle
+
+    bundle = open_bundle(version_dir)
+    feeds = {f.input: X[[f.name]].to_numpy(np.float32) for f in bundle.manifest.features}
+    (p,) = bundle.session.run(["probabilities"], feeds)
+    return float(-np.log(np.clip(p[np.arange(len(y)), y], 1e-300, None)).mean())
+
+
+def oracle_nll(
+    version_dir: Path, fresh: int, X: Any, y: np.ndarray, experts: np.ndarray, seed: int
+) -> float:
+    """A gate fitted on ``fresh`` rows of the changed world, scored on ``(X, y)`` whose
+    experts' probabilities are ``experts``."""
+    from app.bundle.mixture import mix_classification
+    from training.refit.gate import GateRefit
+
+    X_fit, y_fit, _ = fresh_world(version_dir, fresh, seed)
+    oracle = GateRefit(version_dir, holdout=0.05, random_state=seed).fit(X_fit, y_fit)
+    cols = oracle.schema_.columns(X)
+    w = oracle.combiner_.weights(oracle.encoder_.transform(cols))
+    p = mix_classification(w, experts, oracle.temperature_).proba
+    return float(-np.log(np.clip(p[np.arange(len(y)), y], 1e-300, None)).mean())
+
+
+def plot(timeline: list[dict], levels: dict[str, float], change: float, refit: float) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    t0 = timeline[0]["t"]
+    fig, ax = plt.subplots(figsize=(8, 4))
+    colours = {"before": "tab:blue", "after the change": "tab:red", "after the refit": "tab:green"}
+    for phase, colour in colours.items():
+        pts = [(r["t"] - t0, r["nll"]) for r in timeline if r["phase"] == phase]
+        ax.plot(
+            *zip(*pts, strict=True), ".", color=colour, label=f"{phase} (per request)", alpha=0.7
+        )
+    for x in (change - t0, refit - t0):
+        ax.axvline(x, color="grey", linestyle=":")
+    styles = {"old gate": "--", "refitted gate": "-.", "oracle gate": "-"}
+    for name, style in styles.items():
+        ax.axhline(levels[name], color="black", linestyle=style, lw=0.8, label=f"{name}, fresh")
+    ax.set_xlabel("seconds since the first request")
+    ax.set_ylabel("realised NLL")
+    ax.set_title("Realised NLL: the world changes, outcomes come back, the gate is refitted")
+    ax.legend(fontsize=7, loc="upper left")
+    path = REPO / "bench" / "figures" / "drift.png"
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--requests", type=int, default=40, help="requests per phase")
+    p.add_argument("--rows", type=int, default=100, help="rows per request")
+    p.add_argument("--senders", type=int, default=4)
+    p.add_argument("--fresh", type=int, default=20_000)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", type=Path, default=REPO / "bench" / "results")
+    args = p.parse_args()
+    iabma = str(Path(sys.executable).parent / "iabma")
+    with tempfile.TemporaryDirectory(prefix="drift-") as tmp:
+        work, store = Path(tmp), Path(tmp) / "store"
+        train = [iabma, "train", "--dataset", "simulation", "--store", str(store)]
+        subprocess.run([*train, "--name", "demo", "--quiet"], check=True, stdout=subprocess.DEVNULL)
+        old = store / "demo" / (store / "demo" / "LATEST").read_text().strip()
+        url = f"sqlite:///{work / 'audit.db'}"
+        shape = (args.requests, args.rows, args.senders)
+        with serve(store, "demo", url, work, audit_payload="full") as base:
+            timeline = send(base, "before", *shape, seed=1_000)
+            change = time.time()
+            timeline += send(base, "after the change", *shape, seed=2_000)
+        since = datetime.fromtimestamp(change, UTC).isoformat()
+        cmd = [iabma, "refit", "--store", str(store), "--name", "demo", "--audit-url", url]
+        done = subprocess.run(
+            [*cmd, "--since", since, "--promote-if-better", "--seed", str(args.seed)],
+            check=True, stdout=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        print(done.stdout)
+        new = store / "demo" / (store / "demo" / "LATEST").read_text().strip()
+        refit_at = time.time()
+        with serve(store, "demo", url, work, audit_payload="full") as base:
+            timeline += send(base, "after the refit", *shape, seed=3_000)
+        X, y, experts = fresh_world(old, args.fresh, args.seed + 7)
+        levels = {
+            "old gate": bundle_nll(old, X, y),
+            "refitted gate": bundle_nll(new, X, y) if new != old else float("nan"),
+            "oracle gate": oracle_nll(old, args.fresh, X, y, experts, args.seed + 11),
+        }
+    gap = levels["old gate"] - levels["oracle gate"]
+    closed = (levels["old gate"] - levels["refitted gate"]) / gap
+    realised = {
+        phase: float(np.mean([r["nll"] for r in timeline if r["phase"] == phase]))
+        for phase in ("before", "after the change", "after the refit")
+    }
+    figure = plot(timeline, levels, change, refit_at)
+    utc = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    result = {
+        "utc": utc,
+        "cpus": os.cpu_count(),
+        "shape": {"requests": args.requests, "rows": args.rows, "senders": args.senders},
+        "realised_nll": realised,
+        "fresh_rows": args.fresh,
+        "fresh_nll": levels,
+        "gap_closed": closed,
+        "target": TARGET,
+        "promoted": new != old,
+        "figure": str(figure.relative_to(REPO)),
+    }
+    lines = [
+        f"# Drift and refit ({utc}; {os.cpu_count()} cores, shared)",
+        "",
+        "| phase | realised NLL (mean per request) |",
+        "|---|---|",
+        *(f"| {k} | {v:.4f} |" for k, v in realised.items()),
+        "",
+        f"| gate, on {args.fresh:,} fresh rows of the changed world | NLL |",
+        "|---|---|",
+        *(f"| {k} | {v:.4f} |" for k, v in levels.items()),
+        "",
+        f"gap to the oracle closed by the refit: {closed:.1%} (target ≥ {TARGET:.0%}: "
+        f"{'met' if closed >= TARGET else 'NOT met'}); plot: {result['figure']}",
+    ]
+    text = "\n".join(lines) + "\n"
+    args.out.mkdir(parents=True, exist_ok=True)
+    stem = args.out / f"drift-{utc.replace(':', '')}"
+    stem.with_suffix(".json").write_text(json.dumps(result, indent=2))
+    stem.with_suffix(".md").write_text(text)
+    print(text)
+    return 0 if closed >= TARGET else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
