@@ -42,9 +42,12 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
+from bench.peers.procs import free_port_between  # noqa: E402
 from bench.speed.trail import serve  # noqa: E402
 
 TRUTH = "lda"  # in the ring region, after the change, the labels follow this expert
+# The port range this machine's benchmarks may use.
+PORTS = (18100, 18199)
 TARGET = 0.8
 
 
@@ -64,9 +67,10 @@ def send(base: str, phase: str, requests: int, rows: int, senders: int, seed: in
     def one(k: int, client: httpx.Client) -> dict[str, Any]:
         data = simulate(rows, seed + k)
         body = {"instances": data.X.to_dict(orient="records")}
-        rid = f"{phase}-{k}"
+        rid = f"{phase.replace(' ', '-')}-{k}"
         r = client.post("/predict", json=body, headers={"X-Request-ID": rid})
-        r.raise_for_status()
+        if r.status_code != 200:
+            raise SystemExit(f"/predict answered {r.status_code}: {r.text[:500]}")
         preds = r.json()["predictions"]
         y = data.y.to_numpy()
         if phase != "before":
@@ -174,7 +178,9 @@ def main() -> int:
         old = store / "demo" / (store / "demo" / "LATEST").read_text().strip()
         url = f"sqlite:///{work / 'audit.db'}"
         shape = (args.requests, args.rows, args.senders)
-        with serve(store, "demo", url, work, audit_payload="full") as base:
+        with serve(
+            store, "demo", url, work, port=free_port_between(*PORTS), audit_payload="full"
+        ) as base:
             timeline = send(base, "before", *shape, seed=1_000)
             change = time.time()
             timeline += send(base, "after the change", *shape, seed=2_000)
@@ -187,7 +193,9 @@ def main() -> int:
         print(done.stdout)
         new = store / "demo" / (store / "demo" / "LATEST").read_text().strip()
         refit_at = time.time()
-        with serve(store, "demo", url, work, audit_payload="full") as base:
+        with serve(
+            store, "demo", url, work, port=free_port_between(*PORTS), audit_payload="full"
+        ) as base:
             timeline += send(base, "after the refit", *shape, seed=3_000)
         X, y, experts = fresh_world(old, args.fresh, args.seed + 7)
         levels = {

@@ -34,9 +34,12 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
+from bench.peers.procs import free_port_between  # noqa: E402
 from bench.speed.bundles import ensure_bundle  # noqa: E402
 from bench.speed.trail import request_id, seed, serve  # noqa: E402
 
+# The port range this machine's benchmarks may use.
+PORTS = (18100, 18199)
 TARGET_S = 30.0
 ROWS_PER_RECORD, BATCH = 10, 1000
 TRUTH = "lda"
@@ -132,7 +135,7 @@ def main() -> int:
             prefix="refit", input_mode="full",
         )  # fmt: skip
         seed_s = time.perf_counter() - began
-        with serve(store, "demo", url, work) as base:
+        with serve(store, "demo", url, work, port=free_port_between(*PORTS)) as base:
             feedback_s = post_outcomes(base, info, rng)
         runs = [run_refit(store, url) for _ in range(args.repeats)]
     result = {

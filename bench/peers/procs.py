@@ -27,6 +27,18 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def free_port_between(low: int, high: int) -> int:
+    """A free port in ``[low, high]`` on 127.0.0.1, for a machine that hands out ranges."""
+    for port in range(low, high + 1):
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise SystemExit(f"no free port between {low} and {high}")
+
+
 def stop(proc: subprocess.Popen[bytes], grace: float = 10.0) -> None:
     """SIGTERM the process group, then SIGKILL whatever is left after ``grace`` seconds."""
     _LIVE.discard(proc)

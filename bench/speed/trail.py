@@ -106,10 +106,17 @@ def seed(
 
 @contextmanager
 def serve(
-    store: Path, name: str, url: str, workdir: Path, workers: int = 1, **env: str
+    store: Path,
+    name: str,
+    url: str,
+    workdir: Path,
+    workers: int = 1,
+    port: int | None = None,
+    **env: str,
 ) -> Iterator[str]:
-    """Our server on ``url``'s trail (``IABMA_*`` extras in ``env``); yields its base URL."""
-    port = procs.free_port()
+    """Our server on ``url``'s trail (``IABMA_*`` extras in ``env``), on ``port`` (any free
+    one by default); yields its base URL."""
+    port = port or procs.free_port()
     audit = "postgres" if url.startswith("postgresql") else "sqlite"
     argv, full = ours_command(OursSettings(store, name, workers, audit, url), port)
     full.update({f"IABMA_{k.upper()}": v for k, v in env.items()})
