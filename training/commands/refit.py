@@ -101,7 +101,7 @@ def run(args: argparse.Namespace) -> int:
     from training.estimator.base import fingerprint
     from training.refit.data import check_rows, from_csv, from_trail
     from training.refit.export import write_refit
-    from training.refit.gate import GateRefit
+    from training.refit.gate import GateRefit, check_holdout
     from training.refit.report import comparison_lines, held_out_metrics
 
     if (args.csv is None) != (args.id_column is None):
@@ -109,10 +109,10 @@ def run(args: argparse.Namespace) -> int:
     try:
         source = resolve_version(args.store, args.name, args.version)
     except BundleError as exc:
-        raise ParameterError(
-            "--version" if args.version else "--name", args.name, str(exc)
-        ) from None
+        option = "--version" if args.version else "--name"
+        raise ParameterError(option, args.version or args.name, str(exc)) from None
     since, until = _time_us("--since", args.since), _time_us("--until", args.until)
+    check_holdout(args.holdout)
     began = time.perf_counter()
     store, key = _engine_and_key(args, args.csv is not None)
     try:

@@ -94,6 +94,11 @@ def from_csv(
         if kept.instances is not None:
             by_record[record_id] = kept.instances
             continue
+        if kept.mode == "off":
+            raise RefitRefused(
+                f"the trail keeps neither the inputs nor their hash of request "
+                f"{kept.request_id!r} (audit payload mode 'off'): --csv cannot be checked"
+            )
         sent = groups.get(kept.request_id)
         if sent is None:
             raise RefitRefused(f"--csv={str(path)!r} has no rows for request {kept.request_id!r}")

@@ -19,7 +19,7 @@ import onnxruntime as ort
 import pandas as pd
 
 from app.bundle.columns import Columns
-from app.bundle.loader import open_bundle
+from app.bundle.loader import BundleError, open_bundle
 from app.bundle.manifest import Manifest
 from app.bundle.mixture import mix_classification, mix_regression
 from training.combiners.iabma_gate import IABMAGate
@@ -28,10 +28,16 @@ from training.evaluate import BOOTSTRAP_RESAMPLES, bootstrap_se
 from training.evidence import Evidence, classification_evidence, regression_evidence
 from training.features import FeatureSchema
 from training.gate_encoder import GateEncoder
+from training.params import check_real
 from training.refit.data import RefitRefused
 
 # Rows per run of the served graph: bounds its memory and paces the progress bar.
 CHUNK_ROWS = 8192
+
+
+def check_holdout(holdout: float) -> float:
+    """The held-out share: enough rows to compare on, most left to fit."""
+    return check_real("--holdout", holdout, low=0.05, high=0.5)
 
 
 def take(columns: Columns, idx: np.ndarray | slice) -> Columns:
@@ -91,9 +97,11 @@ class GateRefit:
     ) -> GateRefit:
         """Fit on raw inputs ``X`` and outcomes ``y``; ``progress(done, total)`` follows
         the experts' rows."""
-        if not 0.05 <= self.holdout <= 0.5:
-            raise ParameterError("--holdout", self.holdout, "must be between 0.05 and 0.5")
-        bundle = open_bundle(Path(self.path))
+        check_holdout(self.holdout)
+        try:
+            bundle = open_bundle(Path(self.path))
+        except BundleError as exc:
+            raise ParameterError("path", str(self.path), str(exc)) from None
         self.manifest_ = m = bundle.manifest
         self.schema_ = FeatureSchema(tuple(m.features), m.input_rule.normaliser())
         columns = self.schema_.columns(X)

@@ -177,3 +177,31 @@ def test_rows_served_by_other_experts_are_refused(
     assert err.count("\n") == 1
     assert "250 outcome rows were served by versions with other experts" in err
     assert "poly2, lda" in err
+
+
+@pytest.mark.parametrize(
+    ("extra", "said"),
+    [
+        (["--holdout", "0.9"], "--holdout=0.9 must be a finite number in [0.05, 0.5]"),
+        (["--since", "yesterday"], "--since='yesterday' must be an ISO-8601 time"),
+        (["--version", "v0"], "--version='v0'"),
+        (["--csv", "x.csv"], "--csv='x.csv' and --id-column go together"),
+    ],
+)
+def test_bad_options_are_one_line_naming_the_option(
+    world: World, store: Path, extra: list[str], said: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, _, err = refit(
+        capsys, "--store", str(store), "--name", "demo", "--audit-url", world.full_url, *extra
+    )
+    assert code == 2
+    assert err.count("\n") == 1 and said in err
+    assert versions(store) == [world.version]
+
+
+def test_a_trail_without_outcomes_is_named(
+    store: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    url = f"sqlite:///{tmp_path / 'empty.db'}"
+    code, _, err = refit(capsys, "--store", str(store), "--name", "demo", "--audit-url", url)
+    assert code == 2 and err.count("\n") == 1 and "holds no outcomes" in err
