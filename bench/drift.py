@@ -16,7 +16,7 @@ on ``--fresh`` new rows from the changed world: the old gate, the refitted gate,
 oracle gate fitted (with the same selection and guard) on another ``--fresh`` rows from
 the changed world. Target: the refit closes at least 80% of the old gate's NLL gap to the
 oracle. Figures go to ``<out>/drift-<UTC>.json`` and ``.md``, the plot to
-``bench/figures/drift.png``, and the terminal.
+``--figure`` (``bench/figures/drift.png``), and the terminal.
 
     .venv/bin/python bench/drift.py                    # ~1 min on 2 cores
 """
@@ -131,7 +131,7 @@ def oracle_nll(
     return float(-np.log(np.clip(p[np.arange(len(y)), y], 1e-300, None)).mean())
 
 
-def plot(timeline: list[dict], levels: dict[str, float], refit_s: float) -> Path:
+def plot(timeline: list[dict], levels: dict[str, float], refit_s: float, path: Path) -> Path:
     """Realised NLL per request in the order served, the phases coloured; the three
     gates' NLL on fresh rows of the changed world as horizontal lines."""
     import matplotlib
@@ -161,7 +161,6 @@ def plot(timeline: list[dict], levels: dict[str, float], refit_s: float) -> Path
     ax.set_ylabel("realised NLL of the request's outcomes")
     ax.set_title("The world changes after deployment; outcomes come back; the gate is refitted")
     ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5))
-    path = REPO / "bench" / "figures" / "drift.png"
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -176,6 +175,7 @@ def main() -> int:
     p.add_argument("--fresh", type=int, default=20_000)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", type=Path, default=REPO / "bench" / "results")
+    p.add_argument("--figure", type=Path, default=REPO / "bench" / "figures" / "drift.png")
     args = p.parse_args()
     iabma = str(Path(sys.executable).parent / "iabma")
     with tempfile.TemporaryDirectory(prefix="drift-") as tmp:
@@ -217,7 +217,7 @@ def main() -> int:
         phase: float(np.mean([r["nll"] for r in timeline if r["phase"] == phase]))
         for phase in ("before", "after the change", "after the refit")
     }
-    figure = plot(timeline, levels, refit_s)
+    figure = plot(timeline, levels, refit_s, args.figure)
     utc = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     result = {
         "utc": utc,
@@ -230,7 +230,7 @@ def main() -> int:
         "target": TARGET,
         "promoted": new != old,
         "refit_wall_s": round(refit_s, 1),
-        "figure": str(figure.relative_to(REPO)),
+        "figure": str(figure),
     }
     lines = [
         f"# Drift and refit ({utc}; {os.cpu_count()} cores, shared)",
