@@ -216,7 +216,7 @@ def run_iabma(
 
 
 SERVING = ("serve", "promote", "rollback", "audit-sums", "feedback")
-TRAINING = ("train", "check", "bench")
+TRAINING = ("train", "check", "bench", "refit")
 
 
 def test_iabma_runs_the_serving_commands_and_names_what_training_needs(
