@@ -106,11 +106,9 @@ class GateRefit:
         self.schema_ = FeatureSchema(tuple(m.features), m.input_rule.normaliser())
         columns = self.schema_.columns(X)
         y_enc = self.encode_target(y)
-        served = self._served(bundle.session, columns, len(y_enc), progress)
-        self.outputs_, old_w = served
-        n = len(y_enc)
-        order = np.random.default_rng(self.random_state).permutation(n)
-        n_held = max(1, round(self.holdout * n))
+        self.outputs_, old_w = self._served(bundle.session, columns, len(y_enc), progress)
+        order = np.random.default_rng(self.random_state).permutation(len(y_enc))
+        n_held = max(1, round(self.holdout * len(y_enc)))
         self.held_out_, fit_rows = np.sort(order[:n_held]), np.sort(order[n_held:])
         names = [self.schema_.name_of(i) for i in m.gate.inputs]
         self.encoder_ = GateEncoder(self.schema_.subset(names)).fit(take(columns, fit_rows))
@@ -121,9 +119,18 @@ class GateRefit:
         self.temperature_ = float(self.combiner_.temperature_)
         self.fit_weights_ = self.combiner_.weights(Z[fit_rows])
         held = self.held_out_
-        new_w = self.combiner_.weights(Z[held])
-        old = self.row_nll(old_w[held], self.outputs_[held], y_enc[held], m.mixture.temperature)
-        new = self.row_nll(new_w, self.outputs_[held], y_enc[held], self.temperature_)
+        self.held_weights_ = {"old": old_w[held], "new": self.combiner_.weights(Z[held])}
+        self.y_held_ = y_enc[held]
+        self._compare(len(fit_rows))
+        self.columns_check_ = take(columns, held[:512])
+        return self
+
+    def _compare(self, n_fit: int) -> None:
+        """Both gates on the held-out rows: NLL, the paired difference and mean weights."""
+        outputs, y = self.outputs_[self.held_out_], self.y_held_
+        w = self.held_weights_
+        old = self.row_nll(w["old"], outputs, y, self.manifest_.mixture.temperature)
+        new = self.row_nll(w["new"], outputs, y, self.temperature_)
         diff = new - old
         self.comparison_ = {
             "old_nll": float(old.mean()),
@@ -131,18 +138,13 @@ class GateRefit:
             "difference": float(diff.mean()),
             "se_difference": bootstrap_se(diff, self.random_state),
             "resamples": BOOTSTRAP_RESAMPLES,
-            "n_fit": len(fit_rows),
-            "n_held_out": n_held,
+            "n_fit": n_fit,
+            "n_held_out": len(y),
         }
-        experts = m.expert_names
+        experts = self.manifest_.expert_names
         self.mean_weights_ = {
-            "old": dict(zip(experts, old_w[held].mean(axis=0).tolist(), strict=True)),
-            "new": dict(zip(experts, new_w.mean(axis=0).tolist(), strict=True)),
+            k: dict(zip(experts, w[k].mean(axis=0).tolist(), strict=True)) for k in ("old", "new")
         }
-        self.held_weights_ = {"old": old_w[held], "new": new_w}
-        self.y_held_ = y_enc[held]
-        self.columns_check_ = take(columns, held[:512])
-        return self
 
     @property
     def better(self) -> bool:
