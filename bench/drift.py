@@ -9,7 +9,8 @@ that keeps inputs in full. Senders (``--senders`` threads) post fresh simulation
 2. *after the change*: in the ring region the labels now follow the ``lda`` expert's
    probabilities (the linear region is unchanged);
 3. *after the refit*: ``iabma refit --since <change> --promote-if-better`` has refitted
-   the gate on phase 2's outcomes and the server, restarted, serves the new version.
+   the gate on phase 2's outcomes and promoted it; the server, following ``LATEST``
+   every second, serves the new version without a restart.
 
 Realised NLL is the served mixture's NLL of each request's outcomes, over time. Beside it,
 on ``--fresh`` new rows from the changed world: the old gate, the refitted gate, and an
@@ -90,6 +91,15 @@ def send(base: str, phase: str, requests: int, rows: int, senders: int, seed: in
     with ThreadPoolExecutor(senders) as pool:
         parts = pool.map(worker, [range(i, requests, senders) for i in range(senders)])
     return sorted((r for part in parts for r in part), key=lambda r: r["t"])
+
+
+def serving(base: str, version: str, timeout: float) -> None:
+    """Wait until the server answers with ``version``."""
+    deadline = time.monotonic() + timeout
+    while httpx.get(f"{base}/models", timeout=10).json()["version"] != version:
+        if time.monotonic() > deadline:
+            raise SystemExit(f"the server did not load {version} within {timeout:.0f} s")
+        time.sleep(0.2)
 
 
 def fresh_world(version_dir: Path, n: int, seed: int) -> tuple[Any, np.ndarray, np.ndarray]:
@@ -185,25 +195,26 @@ def main() -> int:
         old = store / "demo" / (store / "demo" / "LATEST").read_text().strip()
         url = f"sqlite:///{work / 'audit.db'}"
         shape = (args.requests, args.rows, args.senders)
+        port = free_port_between(*PORTS)
+        # The server follows LATEST every second: the refit's promotion is the rollout.
         with serve(
-            store, "demo", url, work, port=free_port_between(*PORTS), audit_payload="full"
+            store, "demo", url, work, port=port, audit_payload="full", reload_interval_seconds="1"
         ) as base:
             timeline = send(base, "before", *shape, seed=1_000)
             change = time.time()
             timeline += send(base, "after the change", *shape, seed=2_000)
-        since = datetime.fromtimestamp(change, UTC).isoformat()
-        refit_began = time.time()
-        cmd = [iabma, "refit", "--store", str(store), "--name", "demo", "--audit-url", url]
-        done = subprocess.run(
-            [*cmd, "--since", since, "--promote-if-better", "--seed", str(args.seed)],
-            check=True, stdout=subprocess.PIPE, text=True,
-        )  # fmt: skip
-        print(done.stdout)
-        refit_s = time.time() - refit_began
-        new = store / "demo" / (store / "demo" / "LATEST").read_text().strip()
-        with serve(
-            store, "demo", url, work, port=free_port_between(*PORTS), audit_payload="full"
-        ) as base:
+            refit_began = time.time()
+            since = datetime.fromtimestamp(change, UTC).isoformat()
+            cmd = [iabma, "refit", "--store", str(store), "--name", "demo", "--audit-url", url]
+            done = subprocess.run(
+                [*cmd, "--since", since, "--promote-if-better", "--seed", str(args.seed)],
+                check=True, stdout=subprocess.PIPE, text=True,
+            )  # fmt: skip
+            print(done.stdout)
+            refit_s = time.time() - refit_began
+            new = store / "demo" / (store / "demo" / "LATEST").read_text().strip()
+            if new != old:
+                serving(base, new.name, timeout=60)
             timeline += send(base, "after the refit", *shape, seed=3_000)
         X, y, experts = fresh_world(old, args.fresh, args.seed + 7)
         levels = {

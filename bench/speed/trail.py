@@ -119,8 +119,8 @@ def serve(
     port = port or procs.free_port()
     audit = "postgres" if url.startswith("postgresql") else "sqlite"
     argv, full = ours_command(OursSettings(store, name, workers, audit, url), port)
-    full.update({f"IABMA_{k.upper()}": v for k, v in env.items()})
     full.update(IABMA_LOG_LEVEL="WARNING", IABMA_RELOAD_INTERVAL_SECONDS="0")
+    full.update({f"IABMA_{k.upper()}": v for k, v in env.items()})
     log = workdir / f"server-{port}.log"
     with procs.server(argv, full, Path(__file__).resolve().parents[2], log, port, READY_PATH):
         yield f"http://127.0.0.1:{port}"
