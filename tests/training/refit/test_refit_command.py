@@ -87,6 +87,9 @@ def test_labels_from_one_expert_close_the_gap_to_it_and_leave_latest(
     print(f"mean weight on {TRUTH}: {new_w[:, j].mean():.3f}")
     assert closed >= 0.8, (old_nll, new_nll, expert_nll)
     assert new_w[:, j].mean() >= 0.6
+    # The staged version is a version like any other: promote verifies and serves it.
+    assert main(["promote", "--store", str(store), "--name", "demo", new]) == 0
+    assert current(store / "demo") == new
 
 
 def test_promote_if_better_moves_latest_shows_provenance_and_rolls_back(
