@@ -118,9 +118,9 @@ def weight_histogram(est: IABMAClassifier | IABMARegressor) -> WeightHistogram |
     )
 
 
-def seal_version(tmp: Path, manifest: Manifest, path: Path) -> None:
-    """Write ``manifest.json`` last into ``tmp``, make every file read-only and rename
-    ``tmp`` to ``path`` (atomic on one filesystem)."""
+def seal_version(tmp: Path, manifest: Manifest, path: Path, publish: bool) -> None:
+    """Write ``manifest.json`` last into ``tmp``, make every file read-only, rename ``tmp``
+    to ``path`` (atomic on one filesystem) and, with ``publish``, point ``LATEST`` at it."""
     text = json.dumps(manifest.model_dump(mode="json"), indent=2, sort_keys=False)
     with (tmp / MANIFEST_FILE).open("w", encoding="utf-8") as fh:
         fh.write(text + "\n")
@@ -131,6 +131,8 @@ def seal_version(tmp: Path, manifest: Manifest, path: Path) -> None:
             f.chmod(stat.S_IRUSR | stat.S_IRGRP | stat.S_IROTH)
     os.rename(tmp, path)
     fsync_dir(path.parent)
+    if publish:
+        publish_latest(path.parent, path.name)
 
 
 def export_bundle(
@@ -252,10 +254,8 @@ def export_bundle(
             library_versions=library_versions(),
             created_at=datetime.now(UTC),
         )
-        seal_version(tmp, manifest, root / version)
+        seal_version(tmp, manifest, root / version, publish)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    if publish:
-        publish_latest(root, version)
     return root / version

@@ -23,7 +23,6 @@ from app.bundle.drift import WEIGHT_EDGES, weight_counts
 from app.bundle.loader import sha256_file
 from app.bundle.manifest import GateEntry, MixtureSpec, PriorSpec, WeightHistogram
 from app.bundle.mixture import mix_classification
-from app.bundle.pointer import publish_latest
 from training.errors import ExportError
 from training.export.bundle import GATE_TOL, library_versions, new_version, seal_version
 from training.export.ensemble import ENSEMBLE_TOL, ExpertGraph, Target, build_ensemble
@@ -143,10 +142,9 @@ def write_refit(
                 "created_at": datetime.now(UTC),
             }
         )
-        seal_version(tmp, type(old).model_validate(manifest.model_dump()), root / version)
+        checked = type(old).model_validate(manifest.model_dump())  # model_copy skips checks
+        seal_version(tmp, checked, root / version, publish)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    if publish:
-        publish_latest(root, version)
     return root / version
