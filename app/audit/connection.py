@@ -9,13 +9,15 @@ from __future__ import annotations
 
 import contextlib
 import os
+import socket
 import time
 from collections.abc import Sequence
 from typing import Any
 
 from sqlalchemy import Engine, make_url
 
-from app.audit.tables import records
+from app.audit.records import now_us
+from app.audit.tables import probes, records
 
 IDLE_PING_S = 1.0
 CANCEL_WAIT_S = 2.0
@@ -67,6 +69,8 @@ class WriterConnection:
         self._conn: Any = None
         self._used = 0.0
         self._busy_ms = self.timeout_ms  # sqlite3.connect(timeout=...) set it so
+        self._marker = marker
+        self._owner = f"{socket.gethostname()}:{os.getpid()}"[:128]
 
     def insert(self, rows: Sequence[tuple[Any, ...]], give_up_at: float | None = None) -> None:
         """Write ``rows`` in one transaction (:meth:`cancel` stops it). On SQLite, whose
@@ -95,6 +99,28 @@ class WriterConnection:
                 cur.close()
         except Exception:
             self.close()  # a broken connection must not serve the next group
+            raise
+        self._used = time.monotonic()
+
+    def probe(self) -> None:
+        """A write of one small row, committed: whether a commit can succeed now (a full
+        disk or a lost server fail it as they fail a group)."""
+        conn = self._ready()
+        m = self._marker
+        try:
+            cur = conn.cursor()
+            try:
+                self._check_file()
+                params = (now_us(), self._owner)
+                cur.execute(f"UPDATE {probes.name} SET at_us = {m} WHERE owner = {m}", params)
+                if cur.rowcount == 0:
+                    cur.execute(
+                        f"INSERT INTO {probes.name} (at_us, owner) VALUES ({m}, {m})", params
+                    )
+            finally:
+                cur.close()
+        except Exception:
+            self.close()
             raise
         self._used = time.monotonic()
 

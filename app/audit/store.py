@@ -113,6 +113,10 @@ class AuditStore:
         the writer thread's own connection (:mod:`app.audit.connection`)."""
         self._writer.insert(rows, give_up_at)
 
+    def probe(self) -> None:
+        """A probe commit on the writer's connection (:mod:`app.audit.health`)."""
+        self._writer.probe()
+
     def cancel_insert(self) -> None:
         """From any thread: cancel the writer's statement running now, if any."""
         self._writer.cancel()

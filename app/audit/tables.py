@@ -111,6 +111,15 @@ outcomes = Table(
     Index("ix_iabma_outcomes_time", "model", "record_us"),
 )
 
+# One row per serving process: the last probe commit (app.audit.health), a write that
+# tells whether the trail can record while no request comes to try it.
+probes = Table(
+    "iabma_audit_probe",
+    metadata,
+    Column("owner", String(128), primary_key=True),
+    Column("at_us", BigInteger, nullable=False),
+)
+
 # Per model: every sealed bucket before through_us is summed in iabma_audit_buckets.
 watermarks = Table(
     "iabma_audit_rollup",

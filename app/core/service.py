@@ -20,6 +20,7 @@ import numpy as np
 from sqlalchemy.exc import SQLAlchemyError
 
 from app.audit.hashkey import audit_hash_key
+from app.audit.health import cause
 from app.audit.records import AuditRecord, now_us
 from app.audit.store import AuditStore
 from app.audit.tables import SqliteInUse
@@ -141,6 +142,7 @@ class Service:
             self.settings.audit_timeout_seconds,
             self.settings.audit_group_wait_ms / 1000.0,
             self.unrecorded_working,
+            self.settings.audit_unready_seconds,
         )
         self.writer.start()
 
@@ -192,7 +194,7 @@ class Service:
         except SQLAlchemyError as exc:
             log.error("audit query failed: %s", exc)
             raise AuditUnavailable(
-                f"the audit store is unavailable ({type(exc).__name__})", field="audit"
+                f"the audit store is unavailable ({cause(exc)})", field="audit"
             ) from None
 
     # -- the data plane ----------------------------------------------------------------------

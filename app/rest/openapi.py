@@ -39,7 +39,8 @@ OIP_PREFIX = "/v2"
 # Bodies that are not the error schema: these answers say "not ready" in their own shape.
 NOT_READY: dict[str, Schema] = {
     "/readyz": {"type": "object", "required": ["status"],
-                "properties": {"status": {"enum": ["loading", "draining"]}}},
+                "properties": {"status": {"enum": ["loading", "draining", "audit_unavailable"]},
+                               "reason": STRING}},
     "/v2/health/ready": {"type": "object", "required": ["ready"],
                          "properties": {"ready": {"const": False}}},
     "/v2/models/{name}/ready": {"anyOf": [

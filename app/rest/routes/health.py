@@ -9,7 +9,10 @@ from app.rest.responses import json_response
 from app.rest.routes import router_of
 from app.rest.routes.deps import ServiceDep
 
-READY = "200 with a bundle loaded; 503 while loading or draining after SIGTERM."
+READY = (
+    "200 with a bundle loaded; 503 while loading, draining after SIGTERM, or while audit "
+    "commits have failed for IABMA_AUDIT_UNREADY_SECONDS (`reason` names the cause)."
+)
 MODELS = (
     "The served bundle's manifest: experts, their test metrics, the version; and "
     "`rollout`: whether this worker follows LATEST, and the version it last refused."
@@ -23,6 +26,10 @@ async def livez() -> Response:
 async def readyz(service: ServiceDep) -> Response:
     runtime = service.runtime
     model = runtime.current
+    writer = service.writer
+    unready = writer.health.unready() if writer is not None else None
+    if unready is not None and not runtime.draining:
+        return json_response({"status": "audit_unavailable", "reason": unready}, status=503)
     if runtime.ready and model is not None:
         return json_response({"status": "ready", "model": model.name, "version": model.version})
     reason = "draining" if runtime.draining else "loading"

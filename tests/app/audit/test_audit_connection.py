@@ -60,7 +60,9 @@ def test_a_deleted_sqlite_trail_is_refused_not_written_to(
 
     with caplog.at_level(logging.ERROR, logger="iabma.audit"):
         outcomes = asyncio.run(main())
-    assert all("audit store is unavailable (TrailGone)" in str(e) for e in outcomes), outcomes
+    assert all(
+        "audit store is unavailable (TrailGone: the SQLite trail" in str(e) for e in outcomes
+    ), outcomes
     assert not db.exists(), "no empty trail is made in its place"
     failures = [r for r in caplog.records if "failed" in r.getMessage()]
     assert len(failures) == 1 and failures[0].exc_info, "one line with its traceback, not five"
