@@ -16,8 +16,9 @@ from typing import Any
 
 from sqlalchemy import Engine, make_url
 
+from app.audit.chain import LINK_COLUMNS, ChainHead, Link
 from app.audit.records import now_us
-from app.audit.tables import probes, records
+from app.audit.tables import chains, links, probes, records
 
 IDLE_PING_S = 1.0
 CANCEL_WAIT_S = 2.0
@@ -56,13 +57,28 @@ class BulkInsert:
 class WriterConnection:
     """Opened on first use, replaced after any failure; used by one thread only."""
 
-    def __init__(self, engine: Engine, columns: Sequence[str], timeout_seconds: float) -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        columns: Sequence[str],
+        timeout_seconds: float,
+        chain_key: bytes | None = None,
+    ) -> None:
+        """With ``chain_key`` each group also commits its link of :mod:`app.audit.chain`."""
         self.engine = engine
         self.timeout_ms = max(1, round(timeout_seconds * 1000))
         postgres = engine.dialect.name == "postgresql"
+        self._key = chain_key
+        self._head: ChainHead | None = None
+        if chain_key is not None:
+            columns = (*columns, "chain", "seq")
         self._copy = f"COPY {records.name} ({', '.join(columns)}) FROM STDIN" if postgres else None
         marker = "?" if engine.dialect.paramstyle == "qmark" else "%s"
         self._log = BulkInsert(records.name, columns, marker)
+        self._link_sql = (
+            f"INSERT INTO {links.name} ({', '.join(LINK_COLUMNS)}) VALUES "
+            f"({', '.join([marker] * len(LINK_COLUMNS))})"
+        )
         database = None if postgres else make_url(str(engine.url)).database
         self._file = os.path.abspath(os.path.expanduser(database)) if database else None
         self._file_id: tuple[int, int] | None = None
@@ -77,17 +93,21 @@ class WriterConnection:
         wait for a lock no cancel reaches, stop waiting at ``give_up_at``
         (``time.monotonic()``)."""
         conn = self._ready()
+        link: Link | None = None
         try:
+            if self._head is not None:
+                link = self._head.next_link(rows, now_us())
+                rows = [(*row, link.chain, link.seq) for row in rows]
             cur = conn.cursor()
             try:
                 if self._copy is not None:
-                    with cur.copy(self._copy) as copy:
-                        for row in rows:
-                            copy.write_row(row)
+                    self._copy_rows(conn.dbapi_connection, cur, rows, link)
                 else:
                     self._check_file()
                     self._busy_until(cur, give_up_at)
                     statements = self._log.statements(rows)
+                    if link is not None:
+                        statements.append((self._link_sql, list(link.values())))
                     several = len(statements) > 1
                     if several:
                         cur.execute("BEGIN")
@@ -100,7 +120,22 @@ class WriterConnection:
         except Exception:
             self.close()  # a broken connection must not serve the next group
             raise
+        if link is not None and self._head is not None:
+            self._head.advanced(link)
         self._used = time.monotonic()
+
+    def _copy_rows(self, dbapi: Any, cur: Any, rows: Sequence[Any], link: Link | None) -> None:
+        """PostgreSQL: ``COPY`` alone is its own transaction; with a link, one with it."""
+        if link is None:
+            with cur.copy(self._copy) as copy:
+                for row in rows:
+                    copy.write_row(row)
+            return
+        with dbapi.transaction():
+            with cur.copy(self._copy) as copy:
+                for row in rows:
+                    copy.write_row(row)
+            cur.execute(self._link_sql, link.values())
 
     def probe(self) -> None:
         """A write of one small row, committed: whether a commit can succeed now (a full
@@ -125,6 +160,9 @@ class WriterConnection:
         self._used = time.monotonic()
 
     def close(self) -> None:
+        # A commit that failed may still have landed: the next connection starts a new
+        # chain rather than risk a link whose place is taken.
+        self._head = None
         conn, self._conn = self._conn, None
         if conn is not None:
             with contextlib.suppress(Exception):
@@ -166,7 +204,27 @@ class WriterConnection:
         # Detached, so the pool never hands an autocommit connection to a reader.
         conn.detach()
         self._used = time.monotonic()
+        if self._key is not None:
+            try:
+                self._head = self._start_chain(dbapi)
+            except Exception:
+                conn.close()
+                raise
         return conn
+
+    def _start_chain(self, dbapi: Any) -> ChainHead:
+        m = self._marker
+        cur = dbapi.cursor()
+        try:
+            cur.execute(
+                f"INSERT INTO {chains.name} (started_us, owner) VALUES ({m}, {m}) RETURNING id",
+                (now_us(), self._owner),
+            )
+            chain = int(cur.fetchone()[0])
+        finally:
+            cur.close()
+        assert self._key is not None
+        return ChainHead(self._key, chain)
 
     def cancel(self) -> None:
         """Cancel the statement running on the connection now, from another thread: the

@@ -71,7 +71,9 @@ class RecordFilter:
 
 
 class AuditStore:
-    def __init__(self, url: str, timeout_seconds: float) -> None:
+    def __init__(self, url: str, timeout_seconds: float, chain_key: bytes | None = None) -> None:
+        """With ``chain_key`` (:func:`app.audit.chain.chain_key`) every group commit
+        extends the tamper-evident chain; the server always passes one."""
         self.url = url
         self.engine = make_engine(url, timeout_seconds)
         self.timeout_seconds = timeout_seconds
@@ -80,7 +82,7 @@ class AuditStore:
         # where one took 11 s, on 1.1 million records).
         self._rollup = threading.Lock()
         self._lock: IO[str] | None = None
-        self._writer = WriterConnection(self.engine, LOG_COLUMNS, timeout_seconds)
+        self._writer = WriterConnection(self.engine, LOG_COLUMNS, timeout_seconds, chain_key)
         self.outcome_growth = Growth()  # app.audit.outcomes
 
     def prepare(self) -> None:

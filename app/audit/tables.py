@@ -63,6 +63,9 @@ records = Table(
     # The experts' own predictions (app.audit.records.served_experts); added to trails
     # made before it (upgrade_tables), where older records have none.
     Column("expert_outputs", LargeBinary),
+    # The link of app.audit.chain that covers this record: its chain and place in it.
+    Column("chain", Integer),
+    Column("seq", Integer),
     Index("ix_iabma_audit_log_time", "model", "created_us", "id"),
     Index("ix_iabma_audit_log_top", "model", "top_expert", "created_us"),
     Index("ix_iabma_audit_log_request_id", "request_id"),
@@ -109,6 +112,36 @@ outcomes = Table(
     # One outcome per served row: a second insert of one fails whole (POST /feedback's 409).
     UniqueConstraint("model", "request_id", "row_index"),
     Index("ix_iabma_outcomes_time", "model", "record_us"),
+)
+
+# app.audit.chain: one chain per writer connection, one link per group commit, and per
+# chain the keyed cut below which links and records were pruned or archived.
+chains = Table(
+    "iabma_audit_chains",
+    metadata,
+    Column("id", _ID, primary_key=True, autoincrement=True),
+    Column("started_us", BigInteger, nullable=False),
+    Column("owner", String(128), nullable=False),
+)
+links = Table(
+    "iabma_audit_links",
+    metadata,
+    Column("chain", Integer, primary_key=True, autoincrement=False),
+    Column("seq", Integer, primary_key=True, autoincrement=False),
+    Column("created_us", BigInteger, nullable=False),
+    Column("digests", LargeBinary, nullable=False),
+    Column("prev", LargeBinary, nullable=False),
+    Column("mac", LargeBinary, nullable=False),
+    Index("ix_iabma_audit_links_time", "created_us"),
+)
+cuts = Table(
+    "iabma_audit_cuts",
+    metadata,
+    Column("chain", Integer, primary_key=True, autoincrement=False),
+    Column("through_seq", Integer, nullable=False),
+    Column("before_us", BigInteger, nullable=False),
+    Column("mac_at", LargeBinary, nullable=False),
+    Column("mac", LargeBinary, nullable=False),
 )
 
 # One row per serving process: the last probe commit (app.audit.health), a write that
@@ -167,7 +200,7 @@ def create_tables(engine: Engine) -> None:
 
 
 # Columns added to a table after its first release: (table, column), nullable all.
-ADDED_COLUMNS = ((records, "expert_outputs"),)
+ADDED_COLUMNS = ((records, "expert_outputs"), (records, "chain"), (records, "seq"))
 
 
 def upgrade_tables(engine: Engine) -> None:

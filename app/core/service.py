@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 import numpy as np
 from sqlalchemy.exc import SQLAlchemyError
 
+from app.audit.chain import chain_key
 from app.audit.hashkey import audit_hash_key
 from app.audit.health import cause
 from app.audit.records import AuditRecord, now_us
@@ -127,9 +128,13 @@ class Service:
         if not self.settings.audit_enabled:
             log.warning("the audit trail is disabled (IABMA_AUDIT_ENABLED=false)")
             return
+        # The key hashes inputs (hash mode) and keys the chain of app.audit.chain.
+        key = audit_hash_key(self.settings)
         if self.settings.audit_payload != "off":
-            self.hash_key = audit_hash_key(self.settings)
-        self.store = AuditStore(self.settings.audit_url, self.settings.audit_timeout_seconds)
+            self.hash_key = key
+        self.store = AuditStore(
+            self.settings.audit_url, self.settings.audit_timeout_seconds, chain_key(key)
+        )
         try:
             await asyncio.to_thread(self.store.prepare)
         except SqliteInUse as exc:
