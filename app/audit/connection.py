@@ -17,8 +17,9 @@ from typing import Any
 from sqlalchemy import Engine, make_url
 
 from app.audit.chain import LINK_COLUMNS, ChainHead, Link
-from app.audit.records import now_us
+from app.audit.records import VERSION_AT, now_us
 from app.audit.tables import chains, links, probes, records
+from app.audit.versions import WriterVersions
 
 IDLE_PING_S = 1.0
 CANCEL_WAIT_S = 2.0
@@ -86,6 +87,7 @@ class WriterConnection:
         self._used = 0.0
         self._busy_ms = self.timeout_ms  # sqlite3.connect(timeout=...) set it so
         self._marker = marker
+        self._versions = WriterVersions(marker)
         self._owner = f"{socket.gethostname()}:{os.getpid()}"[:128]
 
     def insert(self, rows: Sequence[tuple[Any, ...]], give_up_at: float | None = None) -> None:
@@ -95,6 +97,7 @@ class WriterConnection:
         conn = self._ready()
         link: Link | None = None
         try:
+            rows = self._with_version_ids(conn.dbapi_connection, rows)
             if self._head is not None:
                 link = self._head.next_link(rows, now_us())
                 rows = [(*row, link.chain, link.seq) for row in rows]
@@ -123,6 +126,17 @@ class WriterConnection:
         if link is not None and self._head is not None:
             self._head.advanced(link)
         self._used = time.monotonic()
+
+    def _with_version_ids(self, dbapi: Any, rows: Sequence[tuple[Any, ...]]) -> list[Any]:
+        """Rows whose version key (:meth:`AuditRecord.log_values`) is now its row's id."""
+        at = VERSION_AT
+        out = []
+        for row in rows:
+            key = row[at]
+            if isinstance(key, tuple):
+                row = (*row[:at], self._versions.id_for(dbapi, key), *row[at + 1 :])
+            out.append(row)
+        return out
 
     def _copy_rows(self, dbapi: Any, cur: Any, rows: Sequence[Any], link: Link | None) -> None:
         """PostgreSQL: ``COPY`` alone is its own transaction; with a link, one with it."""
