@@ -16,6 +16,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from app.audit.codec import unpack_request_id
 from app.audit.health import cause
 from app.audit.store import AuditStore
 from tests.support.bundles import Bundles
@@ -138,7 +139,8 @@ def test_a_full_disk_turns_readiness_off_and_freed_space_brings_it_back(
         assert after.status_code == 200, after.text
         acknowledged = [*load.ok, "after"]
         with sqlite3.connect(f"file:{trail}?mode=ro", uri=True) as db:
-            stored = [row[0] for row in db.execute("SELECT request_id FROM iabma_audit_log")]
+            rows = db.execute("SELECT request_id FROM iabma_audit_log").fetchall()
+        stored = [unpack_request_id(row[0]) for row in rows]
         code, _, err = server.terminate()
     assert code == 0 or code < 0, err
     # Exact: every acknowledged prediction has its record, and no refused one has.

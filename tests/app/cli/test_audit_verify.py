@@ -52,13 +52,15 @@ def test_edits_deletions_and_insertions_are_each_named(
     assert code == 0, out
     assert "15 records in 3 links checked" in out and "intact" in out
 
-    trail.execute("update iabma_audit_log set latency_ms = 99 where request_id = 'g1-2'")
-    trail.execute("delete from iabma_audit_log where request_id = 'g0-3'")
+    trail.execute(
+        f"update iabma_audit_log set latency_us = 99 where request_id = {trail.rid('g1-2')}"
+    )
+    trail.execute(f"delete from iabma_audit_log where request_id = {trail.rid('g0-3')}")
     columns = ", ".join(c for c in (*LOG_COLUMNS, "chain", "seq"))
-    copied = columns.replace("request_id", "'forged'", 1)
+    copied = columns.replace("request_id", trail.rid("forged"), 1)
     trail.execute(
         f"insert into iabma_audit_log ({columns}) "
-        f"select {copied} from iabma_audit_log where request_id = 'g2-4'"
+        f"select {copied} from iabma_audit_log where request_id = {trail.rid('g2-4')}"
     )
     code, out = verify(trail.url, capsys)
     assert code == 1, out
