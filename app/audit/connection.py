@@ -97,17 +97,18 @@ class WriterConnection:
         conn = self._ready()
         link: Link | None = None
         try:
-            rows = self._with_version_ids(conn.dbapi_connection, rows)
-            if self._head is not None:
-                link = self._head.next_link(rows, now_us())
-                rows = [(*row, link.chain, link.seq) for row in rows]
             cur = conn.cursor()
             try:
+                if self._copy is None:
+                    self._check_file()
+                    self._busy_until(cur, give_up_at)
+                rows = self._with_version_ids(conn.dbapi_connection, rows)
+                if self._head is not None:
+                    link = self._head.next_link(rows, now_us())
+                    rows = [(*row, link.chain, link.seq) for row in rows]
                 if self._copy is not None:
                     self._copy_rows(conn.dbapi_connection, cur, rows, link)
                 else:
-                    self._check_file()
-                    self._busy_until(cur, give_up_at)
                     statements = self._log.statements(rows)
                     if link is not None:
                         statements.append((self._link_sql, list(link.values())))

@@ -82,10 +82,11 @@ class WriterVersions:
                     cur.execute(self._add, key)
                 finally:
                     cur.close()
-            except Exception:
+            except Exception as exc:
                 # Another replica added the same row first (the unique key): read it.
-                if hasattr(dbapi, "rollback") and not getattr(dbapi, "autocommit", True):
-                    dbapi.rollback()
+                # Anything else (a cancel, a full disk) fails the group.
+                if not any(c.__name__ == "IntegrityError" for c in type(exc).__mro__):
+                    raise
         got = self._lookup(dbapi, key)
         if got is None:
             raise RuntimeError(f"could not store the audit version row {key!r}")
