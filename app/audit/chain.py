@@ -99,8 +99,10 @@ class ChainHead:
         self.seq = 0
         self.mac = genesis(key, chain)
 
-    def next_link(self, rows: Sequence[Sequence[Any]], created_us: int) -> Link:
-        digests = b"".join(row_digest(r) for r in rows)
+    def next_link(self, rows: Sequence[Sequence[Any]], created_us: int, width: int) -> Link:
+        """The link over ``rows``' first ``width`` values (the stored columns a verifier
+        reads back; a migration appends the record's old id after them)."""
+        digests = b"".join(row_digest(r[:width]) for r in rows)
         seq = self.seq + 1
         mac = link_mac(self.key, self.chain, seq, created_us, digests, self.mac)
         return Link(self.chain, seq, created_us, digests, self.mac, mac)

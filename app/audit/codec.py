@@ -78,8 +78,8 @@ def _simplex_size(vectors: int, k: int) -> int:
 
 def _unsimplex(raw: bytes, offset: int, vectors: int, k: int) -> np.ndarray:
     big = np.frombuffer(raw, np.uint8, count=vectors, offset=offset).astype(np.intp)
-    rest = np.frombuffer(raw, _F4, count=vectors * (k - 1), offset=offset + vectors)
-    rest = rest.astype(np.float64).reshape(vectors, k - 1)
+    stored = np.frombuffer(raw, _F4, count=vectors * (k - 1), offset=offset + vectors)
+    rest = stored.astype(np.float64).reshape(vectors, k - 1)
     out = np.empty((vectors, k))
     keep = np.ones((vectors, k), dtype=bool)
     keep[np.arange(vectors), big] = False
@@ -122,7 +122,8 @@ def unpack(blob: bytes, task: str, n: int, m: int, classes: int) -> Answer:
     weights = _unsimplex(raw, at, n, m)
     at += _simplex_size(n, m)
     has_experts = bool(raw[0] & _HAS_EXPERTS)
-    outputs = spread = None
+    outputs: np.ndarray | None = None
+    spread: np.ndarray | None = None
     if task == "classification":
         prediction = _unsimplex(raw, at, n, classes)
         at += _simplex_size(n, classes)

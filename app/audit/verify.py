@@ -12,6 +12,7 @@ from typing import Any
 from sqlalchemy import Engine, select
 
 from app.audit.chain import Link, cut_mac, expected_mac, genesis, row_digest
+from app.audit.codec import unpack_request_id
 from app.audit.records import LOG_COLUMNS, iso_from_us
 from app.audit.tables import cuts, links, records
 
@@ -133,7 +134,7 @@ def verify(
             report.records = n
             if progress is not None and n % 100_000 == 0:
                 progress(n)
-            rec: _Rec = (int(row[0]), row_digest(row[3:]), str(row[rid]))
+            rec: _Rec = (int(row[0]), row_digest(row[3:]), unpack_request_id(row[rid]))
             if row[1] is None or row[2] is None:
                 if since_us is None or int(row[at]) >= since_us:
                     report.findings.append(f"inserted: {_name(rec)} (in no link)")

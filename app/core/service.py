@@ -24,7 +24,7 @@ from app.audit.hashkey import audit_hash_key
 from app.audit.health import cause
 from app.audit.records import AuditRecord, now_us
 from app.audit.store import AuditStore
-from app.audit.tables import SqliteInUse
+from app.audit.tables import SchemaMismatch, SqliteInUse
 from app.audit.writer import AuditWriter
 from app.bundle.loader import BundleError
 from app.bundle.predictor import Prediction
@@ -137,7 +137,7 @@ class Service:
         )
         try:
             await asyncio.to_thread(self.store.prepare)
-        except SqliteInUse as exc:
+        except (SqliteInUse, SchemaMismatch) as exc:
             raise StartupRefused(str(exc)) from None
         self.writer = AuditWriter(
             self.store,
