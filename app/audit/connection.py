@@ -17,7 +17,7 @@ from typing import Any
 from sqlalchemy import Engine, make_url
 
 from app.audit.chain import LINK_COLUMNS, ChainHead, Link
-from app.audit.records import LOG_COLUMNS, VERSION_AT, now_us
+from app.audit.records import CREATED_AT, LOG_COLUMNS, VERSION_AT, now_us
 from app.audit.tables import chains, links, probes, records
 from app.audit.versions import WriterVersions
 
@@ -104,7 +104,9 @@ class WriterConnection:
                     self._busy_until(cur, give_up_at)
                 rows = self._with_version_ids(conn.dbapi_connection, rows)
                 if self._head is not None:
-                    link = self._head.next_link(rows, now_us(), len(LOG_COLUMNS))
+                    # The link's time is its newest record's: retention prunes by it.
+                    newest = max(row[CREATED_AT] for row in rows)
+                    link = self._head.next_link(rows, newest, len(LOG_COLUMNS))
                     rows = [(*row, link.chain, link.seq) for row in rows]
                 if self._copy is not None:
                     self._copy_rows(conn.dbapi_connection, cur, rows, link)

@@ -115,6 +115,7 @@ LOG_COLUMNS = (
     "input_hash", "input_json", "answer",
 )  # fmt: skip
 VERSION_AT = LOG_COLUMNS.index("version_id")
+CREATED_AT = LOG_COLUMNS.index("created_us")
 
 
 @dataclass(frozen=True)

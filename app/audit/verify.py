@@ -64,8 +64,11 @@ def compare(link: Link, found: list[_Rec], report: Report) -> None:
             i, j = i + 1, j + 1
 
 
-def _links(engine: Engine, key: bytes, since_us: int | None, report: Report) -> dict[_Key, Link]:
-    """The links to check, each verified against its MAC and the link before it."""
+def _links(
+    engine: Engine, key: bytes, since_us: int | None, report: Report, pruned: dict[int, int]
+) -> dict[_Key, Link]:
+    """The links to check, each verified against its MAC and the link before it; fills
+    ``pruned`` with each chain's cut (links through it were pruned or archived)."""
     c = links.c
     query = select(c.chain, c.seq, c.created_us, c.digests, c.prev, c.mac)
     if since_us is not None:
@@ -82,10 +85,13 @@ def _links(engine: Engine, key: bytes, since_us: int | None, report: Report) -> 
         if cut_mac(key, chain, through, mac_at, before) != mac:
             report.findings.append(f"altered: the cut of chain {chain} (not made with the key)")
         starts[chain] = (through, mac_at)
+        pruned[chain] = through
     found: dict[_Key, Link] = {}
     last: dict[int, Link] = {}
     for r in rows:
         link = Link(int(r[0]), int(r[1]), int(r[2]), bytes(r[3]), bytes(r[4]), bytes(r[5]))
+        if link.seq <= pruned.get(link.chain, 0):
+            continue  # its cut is written first; its records and it go after
         found[(link.chain, link.seq)] = link
         if expected_mac(key, link) != link.mac:
             report.findings.append(f"altered: chain {link.chain} link {link.seq} (bad MAC)")
@@ -116,7 +122,8 @@ def verify(
 ) -> Report:
     """Check the trail (the part committed at or after ``since_us``) against the chain."""
     report = Report()
-    want = _links(engine, key, since_us, report)
+    pruned: dict[int, int] = {}
+    want = _links(engine, key, since_us, report, pruned)
     c = records.c
     query = select(c.id, c.chain, c.seq, *[c[name] for name in LOG_COLUMNS])
     if since_us is not None:
@@ -140,6 +147,8 @@ def verify(
                     report.findings.append(f"inserted: {_name(rec)} (in no link)")
                 continue
             key_ = (int(row[1]), int(row[2]))
+            if key_[1] <= pruned.get(key_[0], 0):
+                continue  # being pruned: its cut holds
             if key_ not in want:
                 if since_us is None or int(row[at]) >= since_us:
                     report.findings.append(

@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 import numpy as np
 from sqlalchemy.exc import SQLAlchemyError
 
+from app.audit import retention
 from app.audit.chain import chain_key
 from app.audit.hashkey import audit_hash_key
 from app.audit.health import cause
@@ -150,6 +151,11 @@ class Service:
             self.settings.audit_unready_seconds,
         )
         self.writer.start()
+        if self.settings.audit_retention_days is not None:
+            task = retention.run(
+                self.store.engine, chain_key(key), self.settings.audit_retention_days, now_us
+            )
+            self._tasks.append(asyncio.create_task(task, name="iabma-audit-retention"))
 
     def unrecorded_working(self) -> int:
         """Requests yet to queue a record that are not parked in a batch waiting for the
