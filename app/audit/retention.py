@@ -58,7 +58,7 @@ def _write_cuts(
                     before_us=before,
                     mac_at=mac,
                     mac=cut_mac(key, chain, seq, mac, before),
-                )  # fmt: skip
+                )
             )
 
 
