@@ -5,7 +5,7 @@ record edited, deleted or inserted outside the server is named (``iabma audit-ve
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,7 +19,7 @@ from app.audit.tables import cuts, links, records
 # A record's time is before its link's: by at most the commit timeout (600 s at most).
 LINK_LAG_US = 660_000_000
 _Key = tuple[int, int]
-_Rec = tuple[int, bytes, str]  # id, digest, request id
+_Rec = tuple[int, bytes, bytes]  # id, digest, request id as stored
 
 
 @dataclass
@@ -34,7 +34,7 @@ class Report:
 
 
 def _name(rec: _Rec) -> str:
-    return f"record id {rec[0]} (request id {rec[2]!r})"
+    return f"record id {rec[0]} (request id {unpack_request_id(rec[2])!r})"
 
 
 def compare(link: Link, found: list[_Rec], report: Report) -> None:
@@ -49,8 +49,8 @@ def compare(link: Link, found: list[_Rec], report: Report) -> None:
         later_want = want[i + 1 :]
         later_found = [r[1] for r in found[j + 1 :]]
         if j >= len(found) or (i < len(want) and found[j][1] in later_want):
-            before = found[j - 1][2] if j > 0 else None
-            after = found[j][2] if j < len(found) else None
+            before = unpack_request_id(found[j - 1][2]) if j > 0 else None
+            after = unpack_request_id(found[j][2]) if j < len(found) else None
             report.findings.append(
                 f"deleted: record {i + 1} of {len(want)} of {where} "
                 f"(between request ids {before!r} and {after!r})"
@@ -124,50 +124,58 @@ def verify(
     report = Report()
     pruned: dict[int, int] = {}
     want = _links(engine, key, since_us, report, pruned)
-    c = records.c
-    query = select(c.id, c.chain, c.seq, *[c[name] for name in LOG_COLUMNS])
+    names = ", ".join(("id", "chain", "seq", *LOG_COLUMNS))
+    sql = f"SELECT {names} FROM {records.name}"
     if since_us is not None:
-        query = query.where(c.created_us >= since_us - LINK_LAG_US)
+        sql += f" WHERE created_us >= {int(since_us) - LINK_LAG_US}"
     open_groups: dict[_Key, list[_Rec]] = {}
     done: set[_Key] = set()
     newest: dict[int, int] = {}  # per chain, the newest link whose records are open
     rid = LOG_COLUMNS.index("request_id") + 3
     at = LOG_COLUMNS.index("created_us") + 3
     with engine.connect() as conn:
-        rows: Iterable[Any] = conn.execution_options(stream_results=True, yield_per=20_000).execute(
-            query.order_by(c.id)
-        )
-        for n, row in enumerate(rows, 1):
-            report.records = n
-            if progress is not None and n % 100_000 == 0:
-                progress(n)
-            rec: _Rec = (int(row[0]), row_digest(row[3:]), unpack_request_id(row[rid]))
-            if row[1] is None or row[2] is None:
-                if since_us is None or int(row[at]) >= since_us:
-                    report.findings.append(f"inserted: {_name(rec)} (in no link)")
-                continue
-            key_ = (int(row[1]), int(row[2]))
-            if key_[1] <= pruned.get(key_[0], 0):
-                continue  # being pruned: its cut holds
-            if key_ not in want:
-                if since_us is None or int(row[at]) >= since_us:
-                    report.findings.append(
-                        f"inserted: {_name(rec)} (names chain {key_[0]} link {key_[1]}, "
-                        "which does not exist)"
-                    )
-                continue
-            if key_ in done:
-                report.findings.append(f"inserted: {_name(rec)} into a closed link")
-                continue
-            open_groups.setdefault(key_, []).append(rec)
-            # A chain's groups commit one after another: a later link closes the earlier.
-            prior = newest.get(key_[0])
-            if prior is not None and prior < key_[1]:
-                closing = (key_[0], prior)
-                if closing in open_groups:
-                    compare(want[closing], open_groups.pop(closing), report)
-                    done.add(closing)
-            newest[key_[0]] = max(prior or 0, key_[1])
+        # Plain DBAPI rows, streamed (PostgreSQL: a server-side cursor): a million
+        # SQLAlchemy rows cost more than their digests.
+        result = conn.execution_options(stream_results=True).exec_driver_sql(sql + " ORDER BY id")
+        cursor: Any = result.cursor
+        while rows := cursor.fetchmany(20_000):
+            for row in rows:
+                report.records += 1
+                # (id, digest, request id): the id's text is made only for a finding
+                rec: _Rec = (row[0], row_digest(row[3:]), row[rid])
+                chain, seq = row[1], row[2]
+                if chain is None or seq is None:
+                    if since_us is None or row[at] >= since_us:
+                        report.findings.append(f"inserted: {_name(rec)} (in no link)")
+                    continue
+                key_ = (chain, seq)
+                if seq <= pruned.get(chain, 0):
+                    continue  # being pruned: its cut holds
+                if key_ not in want:
+                    if since_us is None or row[at] >= since_us:
+                        report.findings.append(
+                            f"inserted: {_name(rec)} (names chain {chain} link {seq}, "
+                            "which does not exist)"
+                        )
+                    continue
+                if key_ in done:
+                    report.findings.append(f"inserted: {_name(rec)} into a closed link")
+                    continue
+                group = open_groups.get(key_)
+                if group is None:
+                    group = open_groups[key_] = []
+                    # A chain's groups commit one after another: a later link closes the
+                    # earlier ones.
+                    prior = newest.get(chain)
+                    if prior is not None and prior < seq:
+                        closing = (chain, prior)
+                        if closing in open_groups:
+                            compare(want[closing], open_groups.pop(closing), report)
+                            done.add(closing)
+                    newest[chain] = max(prior or 0, seq)
+                group.append(rec)
+            if progress is not None:
+                progress(report.records)
     for key_, found in open_groups.items():
         compare(want[key_], found, report)
         done.add(key_)
