@@ -136,8 +136,10 @@ def verify(
     with engine.connect() as conn:
         # Plain DBAPI rows, streamed (PostgreSQL: a server-side cursor): a million
         # SQLAlchemy rows cost more than their digests.
-        result = conn.execution_options(stream_results=True).exec_driver_sql(sql + " ORDER BY id")
-        cursor: Any = result.cursor
+        raw: Any = conn.connection.dbapi_connection
+        postgres = conn.dialect.name == "postgresql"
+        cursor = raw.cursor(name="iabma_verify") if postgres else raw.cursor()
+        cursor.execute(sql + " ORDER BY id")
         while rows := cursor.fetchmany(20_000):
             for row in rows:
                 report.records += 1
@@ -176,6 +178,7 @@ def verify(
                 group.append(rec)
             if progress is not None:
                 progress(report.records)
+        cursor.close()
     for key_, found in open_groups.items():
         compare(want[key_], found, report)
         done.add(key_)
