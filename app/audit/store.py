@@ -22,9 +22,9 @@ from app.audit.codec import pack_request_id
 from app.audit.connection import WriterConnection
 from app.audit.outcomes import Growth
 from app.audit.records import LOG_COLUMNS, AuditRecord, now_us, record_json
-from app.audit.tables import create_tables, lock_sqlite, make_engine, records
+from app.audit.tables import archived, create_tables, lock_sqlite, make_engine, records
 from app.audit.versions import ReaderVersions
-from app.errors import Fault, InvalidInput
+from app.errors import Archived, Fault, InvalidInput
 
 _CURSOR = re.compile(r"^(\d{1,19})\.(\d{1,19})$")
 INT64_MAX = 2**63 - 1  # both columns are 64-bit; a larger number would fail in the driver
@@ -125,6 +125,18 @@ class AuditStore:
         query = query.order_by(c.created_us.desc(), c.id.desc()).limit(1)
         with self.engine.connect() as conn:
             row = conn.execute(query).first()
+            if row is None:
+                day = conn.execute(
+                    select(archived.c.day).where(
+                        archived.c.request_id == pack_request_id(request_id)
+                    )
+                ).scalar()
+                if day is not None:
+                    raise Archived(
+                        f"the audit record of request id {request_id!r} was archived in the "
+                        f"Parquet files of {day} (iabma audit-archive)",
+                        field="request_id",
+                    )
         return None if row is None else record_json(row, self.versions.get(row.version_id))
 
     def page(self, flt: RecordFilter) -> tuple[list[dict[str, Any]], str | None]:

@@ -159,6 +159,16 @@ cuts = Table(
     Column("mac", LargeBinary, nullable=False),
 )
 
+# Request ids moved to a Parquet archive (app.audit.archive), and the day of their file:
+# GET /weights answers 410 naming it.
+archived = Table(
+    "iabma_audit_archived",
+    metadata,
+    Column("request_id", LargeBinary, nullable=False),
+    Column("day", String(10), nullable=False),
+    Index("ix_iabma_audit_archived_request_id", "request_id"),
+)
+
 # One row per serving process: the last probe commit (app.audit.health), a write that
 # tells whether the trail can record while no request comes to try it.
 probes = Table(

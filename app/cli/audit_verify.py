@@ -44,13 +44,10 @@ def parse_time(option: str, text: str) -> int:
     return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
 
 
-def open_trail(audit_url: str | None) -> tuple[Any, bytes]:
-    """The trail's engine and its chain key, from the option or IABMA_AUDIT_URL."""
-    from sqlalchemy import inspect
-
+def trail_key(audit_url: str | None) -> tuple[Any, bytes]:
+    """The settings for the option (or IABMA_AUDIT_URL), and the trail's chain key."""
     from app.audit.chain import chain_key
     from app.audit.hashkey import audit_hash_key
-    from app.audit.tables import make_engine, records
     from app.errors import StartupRefused
     from app.settings import SettingsError, load_settings
 
@@ -60,11 +57,22 @@ def open_trail(audit_url: str | None) -> tuple[Any, bytes]:
         key = audit_hash_key(settings, make=False)
     except (SettingsError, StartupRefused) as exc:
         raise CommandError(option_fault("--audit-url", shown, str(exc))) from None
+    return settings, chain_key(key)
+
+
+def open_trail(audit_url: str | None) -> tuple[Any, bytes]:
+    """The trail's engine and its chain key, from the option or IABMA_AUDIT_URL."""
+    from sqlalchemy import inspect
+
+    from app.audit.tables import make_engine, records
+
+    settings, key = trail_key(audit_url)
     engine = make_engine(settings.audit_url, settings.audit_timeout_seconds)
     if not inspect(engine).has_table(records.name):
         engine.dispose()
+        shown = audit_url or "IABMA_AUDIT_URL"
         raise CommandError(option_fault("--audit-url", shown, "holds no audit trail"))
-    return engine, chain_key(key)
+    return engine, key
 
 
 def run(args: argparse.Namespace) -> int:
