@@ -25,7 +25,9 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
+from app.audit import archive  # noqa: E402
 from app.audit.chain import chain_key  # noqa: E402
+from app.audit.retention import prune  # noqa: E402
 from app.audit.tables import make_engine  # noqa: E402
 from app.audit.verify import verify  # noqa: E402
 from bench.peers.postgres import _connect, fresh_schema  # noqa: E402
@@ -53,7 +55,35 @@ def sqlite_size(version_dir: Path, n: int, work: Path) -> dict[str, float]:
     size = db.stat().st_size
     took, checked, intact = timed_verify(f"sqlite:///{db}")
     assert checked == n and intact
-    return {"bytes_per_record": size / n, "write_s": wrote, "verify_s": took}
+    return {"bytes_per_record": size / n, "write_s": wrote, "verify_s": took,
+            **move_out(f"sqlite:///{db}", n, work)}  # fmt: skip
+
+
+def move_out(url: str, n: int, work: Path) -> dict[str, float]:
+    """Archive (write, check, delete) the older half of the trail, then prune the rest:
+    records per second of each."""
+    engine = make_engine(url, 30.0)
+    key = chain_key(SEED_HASH_KEY)
+    try:
+        with engine.connect() as conn:
+            lo, hi = conn.exec_driver_sql(
+                "SELECT min(created_us), max(created_us) FROM iabma_audit_log"
+            ).one()
+        middle = (int(lo) + int(hi)) // 2
+        t0 = time.perf_counter()
+        written, ends = archive.write(engine, middle, work / "archive")
+        report = archive.check(work / "archive", key)
+        assert report.intact and report.records == written.records
+        gone = archive.delete_archived(engine, key, middle, ends)
+        archived_s = time.perf_counter() - t0
+        t1 = time.perf_counter()
+        pruned = prune(engine, key, int(hi) + 1)
+        pruned_s = time.perf_counter() - t1
+        assert gone + pruned.records == n, (gone, pruned.records)
+    finally:
+        engine.dispose()
+    return {"archive_per_s": gone / archived_s, "prune_per_s": pruned.records / pruned_s,
+            "archived": gone, "pruned": pruned.records}  # fmt: skip
 
 
 def postgres_size(version_dir: Path, n: int) -> dict[str, float]:
@@ -92,6 +122,11 @@ def main() -> None:
             f"  {name:<10} {r['bytes_per_record']:6.1f} bytes/record   write {r['write_s']:6.1f} s"
             f"   audit-verify {r['verify_s']:5.1f} s"
         )
+        if "archive_per_s" in r:
+            print(
+                f"  {name:<10} archive+check+delete {r['archived']:,.0f} records at "
+                f"{r['archive_per_s']:,.0f}/s; prune {r['pruned']:,.0f} at {r['prune_per_s']:,.0f}/s"
+            )
 
 
 if __name__ == "__main__":
