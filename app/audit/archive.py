@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute
 import pyarrow.parquet as pq
 from sqlalchemy import Engine, and_, delete, insert, or_, select
 
@@ -34,6 +35,7 @@ MANIFEST = "manifest.json"
 LINKS_FILE = "links.parquet"
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 STORED = ("id", "chain", "seq", *LOG_COLUMNS)
+DAY_US = 86_400_000_000
 
 
 def day_of(us: int) -> str:
@@ -71,20 +73,24 @@ def _rows(engine: Engine, ends: dict[int, tuple[int, bytes]], before: int) -> It
 def _table(rows: list[Any], versions: ReaderVersions) -> pa.Table:
     cols = list(zip(*rows, strict=True))
     stored = dict(zip(STORED, cols, strict=True))
-    vs = [versions.get(int(v)) for v in stored["version_id"]]
+    by_id = {vid: versions.get(int(vid)) for vid in set(stored["version_id"])}
+    vs = [by_id[vid] for vid in stored["version_id"]]
+    names = {vid: v.expert_names for vid, v in by_id.items()}
     readable = {
         "request": [unpack_request_id(r) for r in stored["request_id"]],
-        "time": pa.array([int(t) for t in stored["created_us"]], pa.timestamp("us", tz="UTC")),
+        "time": pa.array(stored["created_us"], pa.int64()).cast(pa.timestamp("us", tz="UTC")),
         "model": [v.model for v in vs],
         "version": [v.version for v in vs],
         "route": [v.route for v in vs],
-        "top_expert": [v.expert_names[int(k)] for v, k in zip(vs, stored["top"], strict=True)],
-        "latency_ms": [int(u) / 1000 for u in stored["latency_us"]],
+        "top_expert": [
+            names[vid][k] for vid, k in zip(stored["version_id"], stored["top"], strict=True)
+        ],
+        "latency_ms": pa.compute.divide(pa.array(stored["latency_us"], pa.float64()), 1000.0),
         "experts": [v.experts for v in vs],
         "classes": [v.classes for v in vs],
     }
     types = {"request_id": pa.binary(), "input_hash": pa.binary(), "answer": pa.binary()}
-    raw = {k: pa.array(list(v), types.get(k)) for k, v in stored.items()}
+    raw = {k: pa.array(v, types.get(k)) for k, v in stored.items()}
     return pa.table({**readable, **raw})
 
 
@@ -100,9 +106,18 @@ def write(
         return written, ends
     versions = ReaderVersions(engine)
     groups: dict[tuple[str, str], list[Any]] = {}
+    days: dict[int, str] = {}
+    labels: dict[int, str] = {}
+    at_v, at_t = STORED.index("version_id"), STORED.index("created_us")
     for row in _rows(engine, ends, before_us):
-        v = versions.get(int(row[STORED.index("version_id")]))
-        groups.setdefault((day_of(row[STORED.index("created_us")]), v.version), []).append(row)
+        vid, d = row[at_v], row[at_t] // DAY_US
+        label = labels.get(vid)
+        if label is None:
+            label = labels[vid] = versions.get(int(vid)).version
+        day = days.get(d)
+        if day is None:
+            day = days[d] = day_of(d * DAY_US)
+        groups.setdefault((day, label), []).append(row)
     for (day, version), rows in sorted(groups.items()):
         path = out / day / f"{version}.parquet"
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -217,10 +232,15 @@ def delete_archived(
             ).all()
             if not rows:
                 break
-            conn.execute(
-                insert(archived),
-                [{"request_id": r[1], "day": day_of_id(r[2])} for r in rows],
-            )
+            days: dict[int, str] = {}
+            notes = []
+            for r in rows:
+                d = r[2] // DAY_US
+                day = days.get(d)
+                if day is None:
+                    day = days[d] = day_of_id(d * DAY_US)
+                notes.append({"request_id": r[1], "day": day})
+            conn.execute(insert(archived), notes)
             conn.execute(delete(records).where(c.id.in_([r[0] for r in rows])))
         done += len(rows)
     with engine.begin() as conn:
