@@ -66,7 +66,7 @@ def _rows(engine: Engine, ends: dict[int, tuple[int, bytes]], before: int) -> It
     query = select(*[c[name] for name in STORED]).where(c.created_us < before, _covered(ends))
     with engine.connect() as conn:
         yield from conn.execution_options(stream_results=True, yield_per=50_000).execute(
-            query.order_by(c.id)
+            query.order_by(c.created_us)
         )
 
 
@@ -228,7 +228,12 @@ def delete_archived(
     while True:
         with engine.begin() as conn:
             rows = conn.execute(
-                select(c.id, c.request_id, c.created_us).where(*where).order_by(c.id).limit(5_000)
+                # In the time index's order: ordered by id, each batch would sort all
+                # that is left.
+                select(c.id, c.request_id, c.created_us)
+                .where(*where)
+                .order_by(c.created_us)
+                .limit(5_000)
             ).all()
             if not rows:
                 break
