@@ -125,7 +125,8 @@ def main() -> None:
         if "archive_per_s" in r:
             print(
                 f"  {name:<10} archive+check+delete {r['archived']:,.0f} records at "
-                f"{r['archive_per_s']:,.0f}/s; prune {r['pruned']:,.0f} at {r['prune_per_s']:,.0f}/s"
+                f"{r['archive_per_s']:,.0f}/s; "
+                f"prune {r['pruned']:,.0f} at {r['prune_per_s']:,.0f}/s"
             )
 
 
