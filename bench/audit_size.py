@@ -102,7 +102,8 @@ def postgres_size(version_dir: Path, n: int) -> dict[str, float]:
         assert row is not None
         took, checked, intact = timed_verify(url)
         assert checked == n and intact
-        return {"bytes_per_record": int(row[0]) / n, "write_s": wrote, "verify_s": took}
+        return {"bytes_per_record": int(row[0]) / n, "write_s": wrote, "verify_s": took,
+                **move_out(url, n, Path(tempfile.mkdtemp(prefix="audit-size-pg-")))}  # fmt: skip
 
 
 def main() -> None:
