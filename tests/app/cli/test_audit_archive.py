@@ -19,7 +19,8 @@ from app.audit.retention import DAY_US
 from app.audit.store import AuditStore
 from app.cli.main import main
 from app.errors import Archived
-from tests.support.bundles import TEST_HASH_KEY
+from tests.support.bundles import TEST_HASH_KEY, Bundles, make_settings
+from tests.support.harness import UvicornHarness
 from tests.support.services import make_record
 from tests.support.trail import Trail
 
@@ -80,3 +81,24 @@ def test_archive_delete_and_verify(
     assert main(["audit-archive", "--verify", str(out)]) == 1
     said = capsys.readouterr().out
     assert "edited:" in said and "'b1'" in said, said
+
+
+def test_an_archived_request_id_is_a_410_over_http(
+    bundles: Bundles, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Archived while the server runs (SQLite's key file beside the trail is the key)."""
+    settings = make_settings(bundles.store, tmp_path)
+    with UvicornHarness(settings) as app:
+        row = bundles.demo.instances([0])
+        r = app.post("/predict", json={"instances": row}, headers={"X-Request-ID": "gone-1"})
+        assert r.status_code == 200
+        after = iso_from_us(now_us() + 1_000_000)
+        out = tmp_path / "archive"
+        code = main(["audit-archive", "--audit-url", settings.audit_url, "--before", after,
+                     "--out", str(out), "--delete"])  # fmt: skip
+        assert code == 0, capsys.readouterr().out
+        back = app.get("/weights", params={"request_id": "gone-1"})
+        assert back.status_code == 410, back.text
+        assert back.json()["error"]["code"] == "archived"
+        assert day_of(now_us()) in back.json()["error"]["message"]
+        assert app.get("/weights", params={"request_id": "never"}).status_code == 404
