@@ -5,6 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter
 from starlette.responses import Response
 
+from app.core.service import Service
 from app.rest.responses import json_response
 from app.rest.routes import router_of
 from app.rest.routes.deps import ServiceDep
@@ -23,11 +24,16 @@ async def livez() -> Response:
     return json_response({"status": "alive"})
 
 
+def audit_unready(service: Service) -> str | None:
+    """Why the trail makes this replica unready (app.audit.health), or None."""
+    writer = service.writer
+    return writer.health.unready() if writer is not None else None
+
+
 async def readyz(service: ServiceDep) -> Response:
     runtime = service.runtime
     model = runtime.current
-    writer = service.writer
-    unready = writer.health.unready() if writer is not None else None
+    unready = audit_unready(service)
     if unready is not None and not runtime.draining:
         return json_response({"status": "audit_unavailable", "reason": unready}, status=503)
     if runtime.ready and model is not None:

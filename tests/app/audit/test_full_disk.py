@@ -129,6 +129,7 @@ def test_a_full_disk_turns_readiness_off_and_freed_space_brings_it_back(
         assert ready.json()["status"] == "audit_unavailable"
         assert "disk is full" in ready.json()["reason"], ready.json()
         assert httpx.get(url + "/livez").status_code == 200
+        assert httpx.get(url + "/v2/health/ready").status_code == 503
         refusal = load.refused[-1].json()["error"]["message"]
         assert "disk is full" in refusal, refusal
 
