@@ -85,6 +85,12 @@ class NotFound(ServingError):
     code = "not_found"
 
 
+class Archived(ServingError):
+    """The record was moved to a Parquet archive (``iabma audit-archive --delete``)."""
+
+    code = "archived"
+
+
 class MethodNotAllowed(ServingError):
     code = "method_not_allowed"
 
@@ -147,6 +153,7 @@ STATUS: dict[type[Exception], int] = {
     Unauthorized: 401,
     Forbidden: 403,
     NotFound: 404,
+    Archived: 410,
     AdminDisabled: 404,
     AuditDisabled: 404,
     MethodNotAllowed: 405,

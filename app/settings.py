@@ -56,6 +56,21 @@ class Settings(BaseSettings):
     audit_timeout_seconds: float = Field(
         10.0, gt=0, le=600, description="wait for a commit, and for the store at start-up"
     )
+    audit_unready_seconds: float = Field(
+        5.0,
+        gt=0,
+        le=3600,
+        description=(
+            "after commits have failed this long, /readyz answers 503 naming the cause, "
+            "until a probe commit succeeds"
+        ),
+    )
+    audit_retention_days: float | None = Field(
+        None,
+        gt=0,
+        le=36_500,
+        description="remove records (and their outcomes) older than this in the background",
+    )
 
     max_batch_rows: int = Field(1000, ge=1, le=1_000_000)
     max_body_bytes: int = Field(

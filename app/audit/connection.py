@@ -9,13 +9,17 @@ from __future__ import annotations
 
 import contextlib
 import os
+import socket
 import time
 from collections.abc import Sequence
 from typing import Any
 
 from sqlalchemy import Engine, make_url
 
-from app.audit.tables import records
+from app.audit.chain import LINK_COLUMNS, ChainHead, Link
+from app.audit.records import CREATED_AT, LOG_COLUMNS, VERSION_AT, now_us
+from app.audit.tables import chains, links, probes, records
+from app.audit.versions import WriterVersions
 
 IDLE_PING_S = 1.0
 CANCEL_WAIT_S = 2.0
@@ -54,36 +58,62 @@ class BulkInsert:
 class WriterConnection:
     """Opened on first use, replaced after any failure; used by one thread only."""
 
-    def __init__(self, engine: Engine, columns: Sequence[str], timeout_seconds: float) -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        columns: Sequence[str],
+        timeout_seconds: float,
+        chain_key: bytes | None = None,
+    ) -> None:
+        """With ``chain_key`` each group also commits its link of :mod:`app.audit.chain`."""
         self.engine = engine
         self.timeout_ms = max(1, round(timeout_seconds * 1000))
         postgres = engine.dialect.name == "postgresql"
+        self._key = chain_key
+        self._head: ChainHead | None = None
+        if chain_key is not None:
+            columns = (*columns, "chain", "seq")
         self._copy = f"COPY {records.name} ({', '.join(columns)}) FROM STDIN" if postgres else None
         marker = "?" if engine.dialect.paramstyle == "qmark" else "%s"
         self._log = BulkInsert(records.name, columns, marker)
+        self._link_sql = (
+            f"INSERT INTO {links.name} ({', '.join(LINK_COLUMNS)}) VALUES "
+            f"({', '.join([marker] * len(LINK_COLUMNS))})"
+        )
         database = None if postgres else make_url(str(engine.url)).database
         self._file = os.path.abspath(os.path.expanduser(database)) if database else None
         self._file_id: tuple[int, int] | None = None
         self._conn: Any = None
         self._used = 0.0
         self._busy_ms = self.timeout_ms  # sqlite3.connect(timeout=...) set it so
+        self._marker = marker
+        self._versions = WriterVersions(marker)
+        self._owner = f"{socket.gethostname()}:{os.getpid()}"[:128]
 
     def insert(self, rows: Sequence[tuple[Any, ...]], give_up_at: float | None = None) -> None:
         """Write ``rows`` in one transaction (:meth:`cancel` stops it). On SQLite, whose
         wait for a lock no cancel reaches, stop waiting at ``give_up_at``
         (``time.monotonic()``)."""
         conn = self._ready()
+        link: Link | None = None
         try:
             cur = conn.cursor()
             try:
-                if self._copy is not None:
-                    with cur.copy(self._copy) as copy:
-                        for row in rows:
-                            copy.write_row(row)
-                else:
+                if self._copy is None:
                     self._check_file()
                     self._busy_until(cur, give_up_at)
+                rows = self._with_version_ids(conn.dbapi_connection, rows)
+                if self._head is not None:
+                    # The link's time is its newest record's: retention prunes by it.
+                    newest = max(row[CREATED_AT] for row in rows)
+                    link = self._head.next_link(rows, newest, len(LOG_COLUMNS))
+                    rows = [(*row, link.chain, link.seq) for row in rows]
+                if self._copy is not None:
+                    self._copy_rows(conn.dbapi_connection, cur, rows, link)
+                else:
                     statements = self._log.statements(rows)
+                    if link is not None:
+                        statements.append((self._link_sql, list(link.values())))
                     several = len(statements) > 1
                     if several:
                         cur.execute("BEGIN")
@@ -96,9 +126,60 @@ class WriterConnection:
         except Exception:
             self.close()  # a broken connection must not serve the next group
             raise
+        if link is not None and self._head is not None:
+            self._head.advanced(link)
+        self._used = time.monotonic()
+
+    def _with_version_ids(self, dbapi: Any, rows: Sequence[tuple[Any, ...]]) -> list[Any]:
+        """Rows whose version key (:meth:`AuditRecord.log_values`) is now its row's id."""
+        at = VERSION_AT
+        out = []
+        for row in rows:
+            key = row[at]
+            if isinstance(key, tuple):
+                row = (*row[:at], self._versions.id_for(dbapi, key), *row[at + 1 :])
+            out.append(row)
+        return out
+
+    def _copy_rows(self, dbapi: Any, cur: Any, rows: Sequence[Any], link: Link | None) -> None:
+        """PostgreSQL: ``COPY`` alone is its own transaction; with a link, one with it."""
+        if link is None:
+            with cur.copy(self._copy) as copy:
+                for row in rows:
+                    copy.write_row(row)
+            return
+        with dbapi.transaction():
+            with cur.copy(self._copy) as copy:
+                for row in rows:
+                    copy.write_row(row)
+            cur.execute(self._link_sql, link.values())
+
+    def probe(self) -> None:
+        """A write of one small row, committed: whether a commit can succeed now (a full
+        disk or a lost server fail it as they fail a group)."""
+        conn = self._ready()
+        m = self._marker
+        try:
+            cur = conn.cursor()
+            try:
+                self._check_file()
+                params = (now_us(), self._owner)
+                cur.execute(f"UPDATE {probes.name} SET at_us = {m} WHERE owner = {m}", params)
+                if cur.rowcount == 0:
+                    cur.execute(
+                        f"INSERT INTO {probes.name} (at_us, owner) VALUES ({m}, {m})", params
+                    )
+            finally:
+                cur.close()
+        except Exception:
+            self.close()
+            raise
         self._used = time.monotonic()
 
     def close(self) -> None:
+        # A commit that failed may still have landed: the next connection starts a new
+        # chain rather than risk a link whose place is taken.
+        self._head = None
         conn, self._conn = self._conn, None
         if conn is not None:
             with contextlib.suppress(Exception):
@@ -140,7 +221,27 @@ class WriterConnection:
         # Detached, so the pool never hands an autocommit connection to a reader.
         conn.detach()
         self._used = time.monotonic()
+        if self._key is not None:
+            try:
+                self._head = self._start_chain(dbapi)
+            except Exception:
+                conn.close()
+                raise
         return conn
+
+    def _start_chain(self, dbapi: Any) -> ChainHead:
+        m = self._marker
+        cur = dbapi.cursor()
+        try:
+            cur.execute(
+                f"INSERT INTO {chains.name} (started_us, owner) VALUES ({m}, {m}) RETURNING id",
+                (now_us(), self._owner),
+            )
+            chain = int(cur.fetchone()[0])
+        finally:
+            cur.close()
+        assert self._key is not None
+        return ChainHead(self._key, chain)
 
     def cancel(self) -> None:
         """Cancel the statement running on the connection now, from another thread: the

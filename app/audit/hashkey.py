@@ -1,4 +1,5 @@
-"""The key of the ``hash`` audit mode: inputs are kept as an HMAC-SHA256.
+"""The trail's key: inputs are kept as an HMAC-SHA256 of it (``hash`` mode), and the
+tamper-evident chain is keyed by a key derived from it (:mod:`app.audit.chain`).
 
 From ``IABMA_AUDIT_HASH_KEY`` (or ``_FILE``); a SQLite trail without one gets a random key
 kept beside it, a PostgreSQL trail refuses to start (docs/design.md, "Audit trail").
@@ -26,8 +27,9 @@ def key_file_for(sqlite_database: str) -> Path:
     return trail.with_name(trail.name + KEY_SUFFIX)
 
 
-def audit_hash_key(settings: Settings) -> bytes:
-    """The key to hash inputs with; raises :class:`StartupRefused` when there is none."""
+def audit_hash_key(settings: Settings, make: bool = True) -> bytes:
+    """The key to hash inputs with; raises :class:`StartupRefused` when there is none.
+    ``make=False`` (a command checking a trail) never makes a new one for SQLite."""
     if settings.audit_hash_key is not None:
         key = settings.audit_hash_key.get_secret_value()
         if len(key) < MIN_KEY_CHARS:
@@ -41,12 +43,17 @@ def audit_hash_key(settings: Settings) -> bytes:
     if url.get_backend_name() != "sqlite":
         raise StartupRefused(
             "IABMA_AUDIT_HASH_KEY is not set: every replica writing to one PostgreSQL trail "
-            "must hash inputs with the same key. Set IABMA_AUDIT_HASH_KEY (or "
+            "must hash inputs and seal its chain with the same key. Set IABMA_AUDIT_HASH_KEY (or "
             "IABMA_AUDIT_HASH_KEY_FILE) to one secret, e.g. the output of: python -c "
             "'import secrets; print(secrets.token_hex(32))'"
         )
     assert url.database is not None  # normalise_audit_url refuses in-memory trails
-    return _local_key(key_file_for(url.database))
+    path = key_file_for(url.database)
+    if not make and not path.exists():
+        raise StartupRefused(
+            f"no key: IABMA_AUDIT_HASH_KEY (or _FILE) is not set and {path} does not exist"
+        )
+    return _local_key(path)
 
 
 def _local_key(path: Path) -> bytes:

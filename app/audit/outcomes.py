@@ -16,17 +16,17 @@ from typing import Any
 from sqlalchemy import Connection, Engine, select
 from sqlalchemy.exc import IntegrityError
 
+from app.audit.codec import pack_request_id
 from app.audit.connection import BulkInsert
+from app.audit.records import served_blobs
 from app.audit.scores import Served
 from app.audit.tables import outcomes, records
+from app.audit.versions import ReaderVersions
 
 # Request ids per SELECT: well under SQLite's 32766 and PostgreSQL's 65535 parameters.
 IDS_PER_QUERY = 2000
 RETRIES = 5
-SERVED = (
-    "id", "request_id", "created_us", "version", "task", "n_instances", "experts", "classes",
-    "weights", "prediction", "expert_outputs", "model",
-)  # fmt: skip
+SERVED = ("id", "request_id", "created_us", "version_id", "n_instances", "answer")
 OUTCOME_COLUMNS = (
     "model", "request_id", "row_index", "record_id", "record_us", "version", "received_us",
     "outcome", "experts", "weights", "scores",
@@ -34,7 +34,7 @@ OUTCOME_COLUMNS = (
 
 
 def _by_ids(
-    conn: Connection, head: str, ids: Sequence[str], model: str | None = None
+    conn: Connection, head: str, ids: Sequence[Any], model: str | None = None
 ) -> list[tuple[Any, ...]]:
     """``head WHERE [model = ? AND] request_id IN (...)``. Plain SQL: a thousand bound ids
     cost SQLAlchemy's expanding parameters more than the search. PostgreSQL takes the ids
@@ -70,7 +70,9 @@ def _insert(conn: Connection, rows: Sequence[tuple[Any, ...]]) -> None:
         conn.exec_driver_sql(sql, tuple(params))
 
 
-def served(engine: Engine, model: str, request_ids: Sequence[str]) -> dict[str, Served]:
+def served(
+    engine: Engine, versions: ReaderVersions, model: str, request_ids: Sequence[str]
+) -> dict[str, Served]:
     """The latest record of each request id (a client may reuse an id) of ``model``.
 
     The query names the ids alone: with ``model = ?`` beside them, SQLite (without
@@ -78,16 +80,27 @@ def served(engine: Engine, model: str, request_ids: Sequence[str]) -> dict[str, 
     instead of 10 for 1,000 ids in a trail of a million records."""
     head = f"SELECT {', '.join(SERVED)} FROM {records.name}"
     found: dict[str, Served] = {}
+    wanted = {pack_request_id(rid): rid for rid in request_ids}
     with engine.connect() as conn:
-        rows = _by_ids(conn, head, list(dict.fromkeys(request_ids)))
+        rows = _by_ids(conn, head, list(wanted))
     for row in sorted(rows, key=lambda r: (r[2], r[0])):
-        if row[11] != model:
+        v = versions.get(int(row[3]))
+        if v.model != model:
             continue
-        found[row[1]] = Served(
-            int(row[0]), row[1], int(row[2]), row[3], row[4], int(row[5]), row[6], row[7],
-            bytes(row[8]), bytes(row[9]), None if row[10] is None else bytes(row[10]),
+        rec = _Stored(n_instances=int(row[4]), answer=bytes(row[5]))
+        weights, prediction, experts = served_blobs(rec, v)
+        rid = wanted[bytes(row[1])]
+        found[rid] = Served(
+            int(row[0]), rid, int(row[2]), v.version, v.task, rec.n_instances, v.experts,
+            v.classes, weights, prediction, experts,
         )  # fmt: skip
     return found
+
+
+@dataclass(frozen=True)
+class _Stored:
+    n_instances: int
+    answer: bytes
 
 
 @dataclass(frozen=True)

@@ -1,8 +1,9 @@
-"""An audit record: built from an answered prediction, stored as rows, read back as JSON.
+"""An audit record: built from an answered prediction, stored as a row, read back as JSON.
 
-It holds what an auditor needs as compact arrays, each expert's own prediction among them
-(:func:`served_experts` reads it back), and the input as ``IABMA_AUDIT_PAYLOAD`` says
-(``full``, ``hash`` or ``off``; the hash is keyed, :mod:`app.audit.hashkey`).
+It holds what an auditor needs as packed arrays (:mod:`app.audit.codec`), each expert's
+own prediction among them, what it shares with its version's records as the id of their
+row (:mod:`app.audit.versions`), and the input as ``IABMA_AUDIT_PAYLOAD`` says (``full``,
+``hash`` or ``off``; the hash is keyed, :mod:`app.audit.hashkey`).
 """
 
 from __future__ import annotations
@@ -14,16 +15,19 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from functools import lru_cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import orjson
 
+from app.audit import codec
 from app.bundle.mixture import INTERVAL
 from app.contract.answers import UNCERTAINTY
 
+if TYPE_CHECKING:
+    from app.audit.versions import Version
+
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-REGRESSION_FIELDS = 4  # mean, std, lower, upper
 
 
 def now_us() -> int:
@@ -40,8 +44,8 @@ def canonical_json(value: Any) -> bytes:
     return orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
 
 
-def _hmac(key: bytes, text: bytes) -> str:
-    return hmac.new(key, text, hashlib.sha256).hexdigest()
+def _hmac(key: bytes, text: bytes) -> bytes:
+    return hmac.new(key, text, hashlib.sha256).digest()
 
 
 def _blob(a: np.ndarray) -> bytes:
@@ -70,49 +74,48 @@ class AuditRecord:
     # Regression: each expert's std (m,), then the mixture's temperature.
     expert_spread: np.ndarray | None = None
 
+    def version_key(self) -> tuple[Any, ...]:
+        """What the record shares with its version's records (:mod:`app.audit.versions`)."""
+        classes = None if self.classes is None else _names_json(self.classes)
+        return (
+            self.model, self.version, self.route, self.task, self.input_mode,
+            _names_json(self.experts), classes,
+        )  # fmt: skip
+
     def log_values(self) -> tuple[Any, ...]:
-        """The ``iabma_audit_log`` row, in :data:`LOG_COLUMNS` order."""
+        """The ``iabma_audit_log`` row, in :data:`LOG_COLUMNS` order, its version as the
+        :meth:`version_key` that the writer's connection turns into the row's id."""
         text = None
         if self.input_mode != "off":
             rows = self.instances() if callable(self.instances) else self.instances
             text = canonical_json(rows)
-        sums, tops, top = weight_summary(self.weights, self.experts)
-        return (
-            self.request_id,
-            self.created_us,
-            self.model,
-            self.version,
-            self.route,
+        answer = codec.pack(
             self.task,
+            self.weights,
+            self.prediction,
+            self.uncertainty,
+            self.expert_outputs,
+            self.expert_spread,
+        )
+        return (
+            codec.pack_request_id(self.request_id),
+            self.created_us,
+            self.version_key(),
             int(self.weights.shape[0]),
-            top,
-            float(self.latency_ms),
-            _names_json(self.experts),
-            None if self.classes is None else _names_json(self.classes),
-            _blob(self.weights),
-            _blob(self.prediction),
-            _blob(self.uncertainty),
-            _blob(sums),
-            np.asarray(tops, dtype="<i8").tobytes(),
-            self.input_mode,
+            int(np.argmax(self.weights.sum(axis=0))),
+            round(self.latency_ms * 1000),
             _hmac(self.hash_key, text) if text is not None else None,
             text.decode("utf-8") if self.input_mode == "full" and text else None,
-            self._experts_blob(),
+            answer,
         )
-
-    def _experts_blob(self) -> bytes | None:
-        if self.expert_outputs is None:
-            return None
-        if self.expert_spread is None:
-            return _blob(self.expert_outputs)
-        return _blob(self.expert_outputs) + _blob(self.expert_spread)
 
 
 LOG_COLUMNS = (
-    "request_id", "created_us", "model", "version", "route", "task", "n_instances",
-    "top_expert", "latency_ms", "experts", "classes", "weights", "prediction", "uncertainty",
-    "weight_sums", "top_counts", "input_mode", "input_hash", "input_json", "expert_outputs",
+    "request_id", "created_us", "version_id", "n_instances", "top", "latency_us",
+    "input_hash", "input_json", "answer",
 )  # fmt: skip
+VERSION_AT = LOG_COLUMNS.index("version_id")
+CREATED_AT = LOG_COLUMNS.index("created_us")
 
 
 @dataclass(frozen=True)
@@ -137,40 +140,49 @@ def served_experts(
     return ServedExperts(values[: n * m].reshape(n, m), values[n * m : n * m + m], values[-1])
 
 
-def weight_summary(
-    weights: np.ndarray, experts: tuple[str, ...]
-) -> tuple[np.ndarray, list[int], str]:
-    """Each expert's weight summed over the rows, how often it was on top, and the top
-    expert of the whole record (largest mean weight)."""
-    sums = weights.sum(axis=0)
-    tops = np.bincount(weights.argmax(axis=1), minlength=len(experts)).tolist()
-    return sums, tops, experts[int(np.argmax(sums))]
-
-
 @lru_cache(maxsize=64)
 def _names_json(names: tuple[Any, ...]) -> str:
     return json.dumps(list(names))
 
 
-def record_json(row: Any) -> dict[str, Any]:
+def answer_of(row: Any, version: Version) -> codec.Answer:
+    """A stored row's arrays (it has ``answer`` and ``n_instances``)."""
+    m, classes = len(version.expert_names), len(version.class_labels)
+    return codec.unpack(row.answer, version.task, int(row.n_instances), m, classes)
+
+
+def served_blobs(row: Any, version: Version) -> tuple[bytes, bytes, bytes | None]:
+    """A row's weights, prediction and experts' outputs as float64 blobs, the experts'
+    with regression's spread after them (what :func:`served_experts` reads)."""
+    a = answer_of(row, version)
+    experts = None
+    if a.expert_outputs is not None:
+        experts = _blob(a.expert_outputs)
+        if a.expert_spread is not None:
+            experts += _blob(a.expert_spread)
+    return _blob(a.weights), _blob(a.prediction), experts
+
+
+def record_json(row: Any, version: Version) -> dict[str, Any]:
     """A stored record as ``GET /weights`` returns it, rebuilt from its arrays."""
-    stored: dict[str, Any] = {"mode": row.input_mode}
+    stored: dict[str, Any] = {"mode": version.input_mode}
     if row.input_hash is not None:
-        stored["hmac_sha256"] = row.input_hash
+        stored["hmac_sha256"] = bytes(row.input_hash).hex()
     if row.input_json is not None:
         stored["instances"] = json.loads(row.input_json)
+    experts = version.expert_names
     return {
-        "request_id": row.request_id,
+        "request_id": codec.unpack_request_id(row.request_id),
         "time": iso_from_us(row.created_us),
-        "model": row.model,
-        "version": row.version,
-        "route": row.route,
-        "task": row.task,
+        "model": version.model,
+        "version": version.version,
+        "route": version.route,
+        "task": version.task,
         "n_instances": row.n_instances,
-        "top_expert": row.top_expert,
-        "latency_ms": row.latency_ms,
+        "top_expert": experts[int(row.top)],
+        "latency_ms": int(row.latency_us) / 1000,
         "input": stored,
-        "predictions": instances_json(row),
+        "predictions": instances_json(answer_of(row, version), version),
     }
 
 
@@ -183,32 +195,28 @@ def _labelled(p: np.ndarray, classes: list[Any]) -> list[dict[str, Any]]:
     ]
 
 
-def instances_json(row: Any) -> list[dict[str, Any]]:
-    experts = json.loads(row.experts)
-    n, m = int(row.n_instances), len(experts)
-    w = np.frombuffer(row.weights, "<f8").reshape(n, m).tolist()
-    u = np.frombuffer(row.uncertainty, "<f8").reshape(n, len(UNCERTAINTY)).tolist()
-    classes = json.loads(row.classes) if row.task == "classification" else []
-    served = served_experts(row.expert_outputs, row.task, n, m, len(classes))
+def instances_json(a: codec.Answer, version: Version) -> list[dict[str, Any]]:
+    experts = version.expert_names
+    n, m = a.weights.shape
+    w = a.weights.tolist()
+    u = a.uncertainty.tolist()
+    classes = version.class_labels
     own: list[list[dict[str, Any]]] | None = None
-    if row.task == "classification":
-        p = np.frombuffer(row.prediction, "<f8").reshape(n, len(classes))
-        prediction = _labelled(p, classes)
-        if served is not None:
-            per = [_labelled(served.outputs[:, j], classes) for j in range(m)]
+    if version.task == "classification":
+        prediction = _labelled(a.prediction, classes)
+        if a.expert_outputs is not None:
+            per = [_labelled(a.expert_outputs[:, j], classes) for j in range(m)]
             own = [[per[j][i] for j in range(m)] for i in range(n)]
     else:
-        r = np.frombuffer(row.prediction, "<f8").reshape(n, REGRESSION_FIELDS).tolist()
         prediction = [
-            {"mean": a, "std": b, "interval": {"level": INTERVAL, "lower": lo, "upper": hi}}
-            for a, b, lo, hi in r
+            {"mean": x, "std": b, "interval": {"level": INTERVAL, "lower": lo, "upper": hi}}
+            for x, b, lo, hi in a.prediction.tolist()
         ]
-        if served is not None:
-            assert served.std is not None
-            std = served.std.tolist()
+        if a.expert_outputs is not None:
+            std = (a.expert_spread[:m] if a.expert_spread is not None else np.ones(m)).tolist()
             own = [
                 [{"mean": mu, "std": s} for mu, s in zip(means, std, strict=True)]
-                for means in served.outputs.tolist()
+                for means in a.expert_outputs.tolist()
             ]
     out = []
     for i in range(n):

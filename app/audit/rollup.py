@@ -8,7 +8,7 @@ time (docs/design.md, "Audit trail").
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -16,7 +16,9 @@ import numpy as np
 from sqlalchemy import Engine, delete, insert, select, update
 from sqlalchemy.exc import IntegrityError, OperationalError
 
-from app.audit.tables import buckets, records, watermarks
+from app.audit import reading
+from app.audit.tables import buckets, watermarks
+from app.audit.versions import ReaderVersions
 
 BUCKET_US = 600_000_000  # ten minutes
 # How long after a bucket ends no record can still land in it: a record is written within
@@ -94,20 +96,13 @@ def sum_sealed(
     start = summed_through(engine, model)
     if start is not None and start >= cut:
         return start
-    c = records.c
-    query = select(
-        c.created_us, c.version, c.top_expert, c.experts, c.n_instances, c.weight_sums, c.top_counts
-    ).where(c.model == model, c.created_us < cut)
-    if start is not None:
-        query = query.where(c.created_us >= start)
+    versions = ReaderVersions(engine)
+    where = reading.conditions(versions, model, since_us=start, until_us=cut)
     folded = _Buckets()
     with engine.connect() as conn:
         # Streamed: PostgreSQL would otherwise hand over every record at once.
-        result: Iterable[Any] = conn.execution_options(
-            stream_results=True, yield_per=20_000
-        ).execute(query)
-        for done, row in enumerate(result, 1):
-            folded.add(*row)
+        for done, (at, v, top, n, w, t) in enumerate(reading.summed(conn, versions, where), 1):
+            folded.add(at, v.version, top, v.experts, n, w, t)
             if progress is not None and done % 50_000 == 0:
                 progress(done)
     rows = [

@@ -15,7 +15,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from app.audit.records import REGRESSION_FIELDS, served_experts
+from app.audit.codec import REGRESSION_FIELDS
+from app.audit.records import served_experts
 from app.bundle.mixture import gaussian_logpdf, mix_regression
 
 KINDS = 3  # scores per row and predictor: nll, then correct and brier, or error and covered

@@ -17,12 +17,14 @@ from typing import IO, Any
 
 from sqlalchemy import and_, or_, select
 
-from app.audit import rollup
+from app.audit import reading, rollup
+from app.audit.codec import pack_request_id
 from app.audit.connection import WriterConnection
 from app.audit.outcomes import Growth
 from app.audit.records import LOG_COLUMNS, AuditRecord, now_us, record_json
-from app.audit.tables import create_tables, lock_sqlite, make_engine, records
-from app.errors import Fault, InvalidInput
+from app.audit.tables import archived, create_tables, lock_sqlite, make_engine, records
+from app.audit.versions import ReaderVersions
+from app.errors import Archived, Fault, InvalidInput
 
 _CURSOR = re.compile(r"^(\d{1,19})\.(\d{1,19})$")
 INT64_MAX = 2**63 - 1  # both columns are 64-bit; a larger number would fail in the driver
@@ -56,22 +58,16 @@ class RecordFilter:
     limit: int = 100
     cursor: tuple[int, int] | None = None
 
-    def conditions(self) -> list[Any]:
-        c = records.c
-        out: list[Any] = [c.model == self.model]
-        if self.since_us is not None:
-            out.append(c.created_us >= self.since_us)
-        if self.until_us is not None:
-            out.append(c.created_us < self.until_us)
-        if self.expert is not None:
-            out.append(c.top_expert == self.expert)
-        if self.version is not None:
-            out.append(c.version == self.version)
-        return out
+    def conditions(self, versions: ReaderVersions) -> list[Any]:
+        return reading.conditions(
+            versions, self.model, self.version, self.expert, self.since_us, self.until_us
+        )
 
 
 class AuditStore:
-    def __init__(self, url: str, timeout_seconds: float) -> None:
+    def __init__(self, url: str, timeout_seconds: float, chain_key: bytes | None = None) -> None:
+        """With ``chain_key`` (:func:`app.audit.chain.chain_key`) every group commit
+        extends the tamper-evident chain; the server always passes one."""
         self.url = url
         self.engine = make_engine(url, timeout_seconds)
         self.timeout_seconds = timeout_seconds
@@ -80,8 +76,9 @@ class AuditStore:
         # where one took 11 s, on 1.1 million records).
         self._rollup = threading.Lock()
         self._lock: IO[str] | None = None
-        self._writer = WriterConnection(self.engine, LOG_COLUMNS, timeout_seconds)
+        self._writer = WriterConnection(self.engine, LOG_COLUMNS, timeout_seconds, chain_key)
         self.outcome_growth = Growth()  # app.audit.outcomes
+        self.versions = ReaderVersions(self.engine)
 
     def prepare(self) -> None:
         """Claim a SQLite trail for this process, then create the tables, retrying while
@@ -113,21 +110,38 @@ class AuditStore:
         the writer thread's own connection (:mod:`app.audit.connection`)."""
         self._writer.insert(rows, give_up_at)
 
+    def probe(self) -> None:
+        """A probe commit on the writer's connection (:mod:`app.audit.health`)."""
+        self._writer.probe()
+
     def cancel_insert(self) -> None:
         """From any thread: cancel the writer's statement running now, if any."""
         self._writer.cancel()
 
     def find(self, request_id: str) -> dict[str, Any] | None:
         """The most recent record with this request id (ids sent by clients may repeat)."""
-        query = select(records).where(records.c.request_id == request_id)
-        query = query.order_by(records.c.created_us.desc(), records.c.id.desc()).limit(1)
+        c = records.c
+        query = select(records).where(c.request_id == pack_request_id(request_id))
+        query = query.order_by(c.created_us.desc(), c.id.desc()).limit(1)
         with self.engine.connect() as conn:
             row = conn.execute(query).first()
-        return None if row is None else record_json(row)
+            if row is None:
+                day = conn.execute(
+                    select(archived.c.day).where(
+                        archived.c.request_id == pack_request_id(request_id)
+                    )
+                ).scalar()
+                if day is not None:
+                    raise Archived(
+                        f"the audit record of request id {request_id!r} was archived in the "
+                        f"Parquet files of {day} (iabma audit-archive)",
+                        field="request_id",
+                    )
+        return None if row is None else record_json(row, self.versions.get(row.version_id))
 
     def page(self, flt: RecordFilter) -> tuple[list[dict[str, Any]], str | None]:
         c = records.c
-        query = select(records).where(*flt.conditions())
+        query = select(records).where(*flt.conditions(self.versions))
         if flt.cursor is not None:
             us, rid = flt.cursor
             query = query.where(or_(c.created_us < us, and_(c.created_us == us, c.id < rid)))
@@ -137,7 +151,7 @@ class AuditStore:
         more = len(rows) > flt.limit
         rows = rows[: flt.limit]
         cursor = encode_cursor(rows[-1].created_us, rows[-1].id) if more else None
-        return [record_json(r) for r in rows], cursor
+        return [record_json(r, self.versions.get(r.version_id)) for r in rows], cursor
 
     def aggregate(self, flt: RecordFilter, now: int | None = None) -> dict[str, Any]:
         """Each expert's mean weight and top share over every row of every matching record.
@@ -177,16 +191,14 @@ class AuditStore:
         return first, last, edges
 
     def _add_records(self, flt: RecordFilter, into: rollup.Sums) -> None:
-        c = records.c
-        query = select(c.experts, c.n_instances, c.weight_sums, c.top_counts).where(
-            *flt.conditions()
-        )
         groups: dict[str, tuple[list[bytes], list[bytes], list[int]]] = {}
         with self.engine.connect() as conn:
-            for row in conn.execute(query):
-                group = groups.setdefault(str(row[0]), ([], [], []))
-                group[0].append(bytes(row[2]))
-                group[1].append(bytes(row[3]))
-                group[2].append(int(row[1]))
-        for experts, (sums, tops, ns) in groups.items():
-            into.add_blobs(experts, sums, tops, sum(ns))
+            for _at, version, _top, n, sums, tops in reading.summed(
+                conn, self.versions, flt.conditions(self.versions)
+            ):
+                group = groups.setdefault(version.experts, ([], [], []))
+                group[0].append(sums)
+                group[1].append(tops)
+                group[2].append(n)
+        for experts, (sums_l, tops_l, ns) in groups.items():
+            into.add_blobs(experts, sums_l, tops_l, sum(ns))

@@ -15,7 +15,6 @@ from typing import IO, Any
 from sqlalchemy import (
     BigInteger,
     Column,
-    Double,
     Engine,
     Index,
     Integer,
@@ -27,7 +26,9 @@ from sqlalchemy import (
     UniqueConstraint,
     create_engine,
     event,
+    insert,
     inspect,
+    select,
 )
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import IntegrityError, OperationalError, ProgrammingError
@@ -37,35 +38,52 @@ _ID = BigInteger().with_variant(Integer, "sqlite")
 
 metadata = MetaData()
 
+# Schema 2 (compact records, docs/design.md): a record is its ids, times and one packed
+# blob of arrays (app.audit.codec); what records share is in iabma_audit_versions.
+SCHEMA_VERSION = 2
+
 records = Table(
     "iabma_audit_log",
     metadata,
     Column("id", _ID, primary_key=True, autoincrement=True),
-    Column("request_id", String(128), nullable=False),
+    Column("request_id", LargeBinary, nullable=False),  # app.audit.codec.pack_request_id
     Column("created_us", BigInteger, nullable=False),  # microseconds since the epoch, UTC
+    Column("version_id", Integer, nullable=False),  # iabma_audit_versions.id
+    Column("n_instances", Integer, nullable=False),
+    Column("top", Integer, nullable=False),  # the top expert's position in the version's
+    Column("latency_us", Integer, nullable=False),
+    Column("input_hash", LargeBinary),  # the 32 bytes of the HMAC-SHA256
+    Column("input_json", Text),
+    Column("answer", LargeBinary, nullable=False),  # app.audit.codec.pack
+    # The link of app.audit.chain that covers this record: its chain and place in it.
+    Column("chain", Integer),
+    Column("seq", Integer),
+    # Pages and windows walk time (the model's versions filter it); lookups the id. An
+    # index per top expert cost 40 bytes a record for one filter of the console.
+    Index("ix_iabma_audit_log_time", "created_us"),
+    Index("ix_iabma_audit_log_request_id", "request_id"),
+)
+
+versions = Table(
+    "iabma_audit_versions",
+    metadata,
+    Column("id", _ID, primary_key=True, autoincrement=True),
     Column("model", String(128), nullable=False),
     Column("version", String(128), nullable=False),
     Column("route", String(32), nullable=False),
     Column("task", String(16), nullable=False),
-    Column("n_instances", Integer, nullable=False),
-    Column("top_expert", String(128), nullable=False),
-    Column("latency_ms", Double, nullable=False),
+    Column("input_mode", String(8), nullable=False),
     Column("experts", Text, nullable=False),  # JSON list of names
     Column("classes", Text),  # JSON list of labels (classification)
-    Column("weights", LargeBinary, nullable=False),
-    Column("prediction", LargeBinary, nullable=False),
-    Column("uncertainty", LargeBinary, nullable=False),
-    Column("weight_sums", LargeBinary, nullable=False),  # (m,) float64: sum over the rows
-    Column("top_counts", LargeBinary, nullable=False),  # (m,) int64: rows where j was on top
-    Column("input_mode", String(8), nullable=False),
-    Column("input_hash", String(64)),
-    Column("input_json", Text),
-    # The experts' own predictions (app.audit.records.served_experts); added to trails
-    # made before it (upgrade_tables), where older records have none.
-    Column("expert_outputs", LargeBinary),
-    Index("ix_iabma_audit_log_time", "model", "created_us", "id"),
-    Index("ix_iabma_audit_log_top", "model", "top_expert", "created_us"),
-    Index("ix_iabma_audit_log_request_id", "request_id"),
+    UniqueConstraint("model", "version", "route", "task", "input_mode", "experts", "classes"),
+)
+
+# The trail's schema version (key "schema"), so that a release knows what it opens.
+meta = Table(
+    "iabma_audit_meta",
+    metadata,
+    Column("key", String(64), primary_key=True),
+    Column("value", String(256), nullable=False),
 )
 
 # Derived from the records, and rebuilt from them when dropped (app.audit.rollup): per
@@ -111,6 +129,55 @@ outcomes = Table(
     Index("ix_iabma_outcomes_time", "model", "record_us"),
 )
 
+# app.audit.chain: one chain per writer connection, one link per group commit, and per
+# chain the keyed cut below which links and records were pruned or archived.
+chains = Table(
+    "iabma_audit_chains",
+    metadata,
+    Column("id", _ID, primary_key=True, autoincrement=True),
+    Column("started_us", BigInteger, nullable=False),
+    Column("owner", String(128), nullable=False),
+)
+links = Table(
+    "iabma_audit_links",
+    metadata,
+    Column("chain", Integer, primary_key=True, autoincrement=False),
+    Column("seq", Integer, primary_key=True, autoincrement=False),
+    Column("created_us", BigInteger, nullable=False),
+    Column("digests", LargeBinary, nullable=False),
+    Column("prev", LargeBinary, nullable=False),
+    Column("mac", LargeBinary, nullable=False),
+    Index("ix_iabma_audit_links_time", "created_us"),
+)
+cuts = Table(
+    "iabma_audit_cuts",
+    metadata,
+    Column("chain", Integer, primary_key=True, autoincrement=False),
+    Column("through_seq", Integer, nullable=False),
+    Column("before_us", BigInteger, nullable=False),
+    Column("mac_at", LargeBinary, nullable=False),
+    Column("mac", LargeBinary, nullable=False),
+)
+
+# Request ids moved to a Parquet archive (app.audit.archive), and the day of their file:
+# GET /weights answers 410 naming it.
+archived = Table(
+    "iabma_audit_archived",
+    metadata,
+    Column("request_id", LargeBinary, nullable=False),
+    Column("day", String(10), nullable=False),
+    Index("ix_iabma_audit_archived_request_id", "request_id"),
+)
+
+# One row per serving process: the last probe commit (app.audit.health), a write that
+# tells whether the trail can record while no request comes to try it.
+probes = Table(
+    "iabma_audit_probe",
+    metadata,
+    Column("owner", String(128), primary_key=True),
+    Column("at_us", BigInteger, nullable=False),
+)
+
 # Per model: every sealed bucket before through_us is summed in iabma_audit_buckets.
 watermarks = Table(
     "iabma_audit_rollup",
@@ -145,39 +212,49 @@ def make_engine(url: str, timeout_seconds: float) -> Engine:
     return create_engine(u, pool_pre_ping=True, connect_args=args)
 
 
+class SchemaMismatch(Exception):
+    """The trail was written by another release's schema; the message says what to do."""
+
+
+def check_schema(engine: Engine) -> None:
+    """Refuse a trail of schema 1 (run ``iabma audit-migrate``) or of a newer release."""
+    look = inspect(engine)
+    if not look.has_table(records.name):
+        return
+    where = engine.url.render_as_string(hide_password=True)
+    if "experts" in {c["name"] for c in look.get_columns(records.name)}:
+        raise SchemaMismatch(
+            f"the audit trail {where} has schema 1 (written before compact records). Run "
+            f"`iabma audit-migrate --audit-url URL` once, with the servers stopped: it "
+            f"copies every record into schema {SCHEMA_VERSION} and keeps the old table as "
+            "iabma_audit_log_v1 until you drop it"
+        )
+    if look.has_table(meta.name):
+        with engine.connect() as conn:
+            found = conn.execute(select(meta.c.value).where(meta.c.key == "schema")).scalar()
+        if found is not None and int(found) > SCHEMA_VERSION:
+            raise SchemaMismatch(
+                f"the audit trail {where} has schema {found}, newer than this release's "
+                f"{SCHEMA_VERSION}: run the release that wrote it"
+            )
+
+
 def create_tables(engine: Engine) -> None:
     """Create what is missing; tolerate another worker creating it at the same moment."""
+    check_schema(engine)
     try:
         metadata.create_all(engine)
     except (IntegrityError, OperationalError, ProgrammingError):
         names = set(inspect(engine).get_table_names())
         if not all(t.name in names for t in metadata.sorted_tables):
             raise
-    upgrade_tables(engine)
+    try:
+        with engine.begin() as conn:
+            if conn.execute(select(meta.c.value).where(meta.c.key == "schema")).first() is None:
+                conn.execute(insert(meta).values(key="schema", value=str(SCHEMA_VERSION)))
+    except IntegrityError:
+        pass  # another worker wrote it
     analyze_stale(engine)
-
-
-# Columns added to a table after its first release: (table, column), nullable all.
-ADDED_COLUMNS = ((records, "expert_outputs"),)
-
-
-def upgrade_tables(engine: Engine) -> None:
-    """Add the columns a trail made by an older release lacks (a nullable column is a
-    change of the catalogue only, on either database); another worker may add the same."""
-    tables = {t.name for t, _ in ADDED_COLUMNS}
-    found = {t: {c["name"] for c in inspect(engine).get_columns(t)} for t in tables}
-    for table, name in ADDED_COLUMNS:
-        if name in found[table.name]:
-            continue
-        kind = table.c[name].type.compile(dialect=engine.dialect)
-        exists = " IF NOT EXISTS" if engine.dialect.name == "postgresql" else ""
-        try:
-            with engine.begin() as conn:
-                conn.exec_driver_sql(f"ALTER TABLE {table.name} ADD COLUMN{exists} {name} {kind}")
-        except OperationalError:
-            columns = {c["name"] for c in inspect(engine).get_columns(table.name)}
-            if name not in columns:
-                raise
 
 
 def analyze_stale(engine: Engine) -> None:

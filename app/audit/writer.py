@@ -17,6 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 from app.audit.deadlines import CANCEL_AFTER_S, CLAIM_GRACE_S, Deadlines
+from app.audit.health import PROBE_EVERY_S, TrailHealth
 from app.audit.records import AuditRecord
 from app.audit.store import AuditStore
 from app.errors import AuditUnavailable
@@ -39,9 +40,12 @@ class AuditWriter:
         timeout_seconds: float,
         group_wait_seconds: float = 0.0,
         pending: Callable[[], int] = lambda: 0,
+        unready_seconds: float = 5.0,
     ) -> None:
         """``pending`` counts the requests being served that have yet to queue a record;
-        a group waits for them for up to ``group_wait_seconds``."""
+        a group waits for them for up to ``group_wait_seconds``. After commits have failed
+        for ``unready_seconds``, :attr:`health` says the replica is not ready."""
+        self.health = TrailHealth(unready_seconds)
         self.store = store
         self.group_wait = group_wait_seconds
         self.pending = pending
@@ -112,7 +116,7 @@ class AuditWriter:
     def _run(self) -> None:
         stopping = False
         while not stopping:
-            first = self._queue.get()
+            first = self._next()
             if first is _STOP:
                 break
             batch = [first]
@@ -126,6 +130,31 @@ class AuditWriter:
                     break
                 batch.append(item)
             stopping = self._commit(batch, gather=not stopping) or stopping
+
+    def _next(self) -> _Item | None:
+        """The next queued item; while commits fail, a probe commit whenever none comes for
+        a while (a replica taken out of the balancer gets no records to try with)."""
+        while True:
+            if not self.health.failing:
+                return self._queue.get()
+            try:
+                return self._queue.get(timeout=PROBE_EVERY_S)
+            except queue.Empty:
+                self._probe()
+
+    def _probe(self) -> None:
+        try:
+            self.store.probe()
+        except Exception as exc:
+            self._log_failure(0, exc)
+        else:
+            self._recovered()
+
+    def _recovered(self) -> None:
+        if self._streak:
+            log.warning("audit commits succeed again, after %d failed groups", self._streak)
+            self._streak, self._streak_logged = 0, 0.0
+        self.health.succeeded()
 
     def _commit(self, batch: list[_Item], gather: bool) -> bool:
         """Build the group's rows, add those of requests on their way (``gather``), insert
@@ -148,22 +177,19 @@ class AuditWriter:
             finally:
                 self._deadlines.inserting(False)
         except Exception as exc:
-            self._log_failure(len(batch), exc)
+            reason = self._log_failure(len(batch), exc)
             late = time.monotonic() >= min(item[3] for item in batch)
             error: Exception | None = (
                 self._timed_out()  # cancelled, or given up on: the timeout is the reason
                 if late
                 else AuditUnavailable(
-                    f"the audit store is unavailable ({type(exc).__name__}); nothing was "
-                    "recorded, retry later",
+                    f"the audit store is unavailable ({reason}); nothing was recorded, retry later",
                     field="audit",
                 )
             )
         else:
             error = None
-            if self._streak:
-                log.warning("audit commits succeed again, after %d failed groups", self._streak)
-                self._streak, self._streak_logged = 0, 0.0
+            self._recovered()
         seconds = time.perf_counter() - t0
         self._in_commit = 0
         self._loop.call_soon_threadsafe(self._settle, batch, error, seconds)
@@ -205,15 +231,20 @@ class AuditWriter:
             rows.extend(self._rows([item]))
         return False
 
-    def _log_failure(self, n: int, exc: Exception) -> None:
+    def _log_failure(self, n: int, exc: Exception) -> str:
+        """Count and log a failed commit (``n`` records; 0 for a probe); its cause."""
+        reason = self.health.failed(exc)
         self._streak += 1
         now = time.monotonic()
         if self._streak == 1:
-            log.error("audit commit of %d records failed: %s", n, exc, exc_info=exc)
+            log.error("audit commit of %d records failed: %s", n, reason, exc_info=exc)
             self._streak_logged = now
         elif now - self._streak_logged >= FAILURE_LOG_EVERY_S:
-            log.error("audit commits still failing: %d groups so far; last: %s", self._streak, exc)
+            log.error(
+                "audit commits still failing: %d groups so far; last: %s", self._streak, reason
+            )
             self._streak_logged = now
+        return reason
 
     def _in_time(self, items: list[_Item]) -> list[_Item]:
         """The items still within their deadline, now claimed for a commit; the others'

@@ -37,7 +37,7 @@ def add_parser(sub: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     from sqlalchemy import func, inspect, select
 
-    from app.audit import rollup
+    from app.audit import reading, rollup
     from app.audit.records import iso_from_us, now_us
     from app.audit.store import AuditStore
     from app.audit.tables import records
@@ -55,9 +55,8 @@ def run(args: argparse.Namespace) -> int:
         # Sealed buckets only, as a read would: records may still land in the others.
         cut = rollup.floor_bucket(now_us() - rollup.SEAL_US)
         start = rollup.summed_through(store.engine, args.name) or 0
-        query = select(func.count()).where(
-            records.c.model == args.name, records.c.created_us >= start, records.c.created_us < cut
-        )
+        where = reading.conditions(store.versions, args.name, since_us=start, until_us=cut)
+        query = select(func.count()).select_from(records).where(*where)
         with store.engine.connect() as conn:
             total = int(conn.execute(query).scalar_one())
         print(f"{args.name}: {total:,} records to sum, up to {iso_from_us(cut)}")

@@ -19,7 +19,15 @@ from importlib.metadata import EntryPoint, entry_points
 from types import TracebackType
 from typing import Any, TextIO
 
-from app.cli import audit_sums, feedback, rollout, serve
+from app.cli import (
+    audit_archive,
+    audit_migrate,
+    audit_sums,
+    audit_verify,
+    feedback,
+    rollout,
+    serve,
+)
 from app.cli.errors import CommandError, CommandWarning
 
 DESCRIPTION = (
@@ -46,6 +54,9 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_parser(sub)
     rollout.add_parsers(sub)
     audit_sums.add_parser(sub)
+    audit_verify.add_parser(sub)
+    audit_migrate.add_parser(sub)
+    audit_archive.add_parser(sub)
     feedback.add_parser(sub)
     for ep in plugins:
         if ep.name not in FIRST:

@@ -17,9 +17,9 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
-from sqlalchemy import func, literal_column, select
+from sqlalchemy import func, select
 
-from app.audit import rollup
+from app.audit import reading, rollup
 from app.audit.records import iso_from_us
 from app.audit.store import AuditStore, RecordFilter
 from app.audit.tables import records
@@ -58,7 +58,7 @@ class Totals:
 
 
 def count(store: AuditStore, flt: RecordFilter) -> int:
-    query = select(func.count()).select_from(records).where(*flt.conditions())
+    query = select(func.count()).select_from(records).where(*flt.conditions(store.versions))
     with store.engine.connect() as conn:
         return int(conn.execute(query).scalar_one())
 
@@ -81,7 +81,7 @@ def _fetch(store: AuditStore, query: Any) -> list[tuple[Any, ...]]:
 def _span(store: AuditStore, flt: RecordFilter) -> tuple[int, int] | None:
     """The times of the first and the last matching record, each read off an index."""
     c = records.c
-    query = select(c.created_us).where(*flt.conditions()).limit(1)
+    query = select(c.created_us).where(*flt.conditions(store.versions)).limit(1)
     first = _fetch(store, query.order_by(c.created_us))
     last = _fetch(store, query.order_by(c.created_us.desc()))
     return (int(first[0][0]), int(last[0][0])) if first and last else None
@@ -89,12 +89,13 @@ def _span(store: AuditStore, flt: RecordFilter) -> tuple[int, int] | None:
 
 def _record_pieces(store: AuditStore, flt: RecordFilter) -> list[tuple[Any, ...]]:
     """The matching records as :func:`rollup.bucket_rows` gives stored sums: one record each."""
-    c = records.c
-    query = select(
-        c.created_us, c.experts, c.version, literal_column("1"), c.n_instances, c.weight_sums,
-        c.top_counts,
-    ).where(*flt.conditions())  # fmt: skip
-    return _fetch(store, query)
+    with store.engine.connect() as conn:
+        return [
+            (at, v.experts, v.version, 1, n, w, t)
+            for at, v, _top, n, w, t in reading.summed(
+                conn, store.versions, flt.conditions(store.versions)
+            )
+        ]
 
 
 def _groups(experts: tuple[str, ...], versions: tuple[str, ...]) -> dict[tuple[str, str], Any]:
@@ -199,13 +200,15 @@ def version_changes(store: AuditStore, flt: RecordFilter) -> list[dict[str, Any]
     """
     c = records.c
     query = (
-        select(c.version, c.input_hash, c.top_expert)
-        .where(*flt.conditions(), c.input_hash.is_not(None))
+        select(c.version_id, c.input_hash, c.top)
+        .where(*flt.conditions(store.versions), c.input_hash.is_not(None))
         .order_by(c.created_us, c.id)
     )
     order: list[str] = []
-    seen: dict[str, dict[str, str]] = {}
-    for version, digest, top in _fetch(store, query):
+    seen: dict[str, dict[bytes, str]] = {}
+    for vid, digest, top_at in _fetch(store, query):
+        v = store.versions.get(int(vid))
+        version, top = v.version, v.expert_names[int(top_at)]
         if version not in seen:
             order.append(version)
             seen[version] = {}

@@ -135,7 +135,7 @@ class Ingested:
 def ingest(store: AuditStore, model: str, items: Sequence[Item], rule: Normaliser) -> Ingested:
     """Check ``items`` against their records, score them and store them (blocking)."""
     engine = store.engine
-    found = outcomes.served(engine, model, [i.request_id for i in items])
+    found = outcomes.served(engine, store.versions, model, [i.request_id for i in items])
     kept, repeats = _check(model, items, found, rule)
     rows = [(found[i.request_id], i.row, value) for i, value, _ in kept]
     scored = scores.score(rows)

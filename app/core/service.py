@@ -19,10 +19,13 @@ from typing import Any, TypeVar
 import numpy as np
 from sqlalchemy.exc import SQLAlchemyError
 
+from app.audit import retention
+from app.audit.chain import chain_key
 from app.audit.hashkey import audit_hash_key
+from app.audit.health import cause
 from app.audit.records import AuditRecord, now_us
 from app.audit.store import AuditStore
-from app.audit.tables import SqliteInUse
+from app.audit.tables import SchemaMismatch, SqliteInUse
 from app.audit.writer import AuditWriter
 from app.bundle.loader import BundleError
 from app.bundle.predictor import Prediction
@@ -126,12 +129,16 @@ class Service:
         if not self.settings.audit_enabled:
             log.warning("the audit trail is disabled (IABMA_AUDIT_ENABLED=false)")
             return
+        # The key hashes inputs (hash mode) and keys the chain of app.audit.chain.
+        key = audit_hash_key(self.settings)
         if self.settings.audit_payload != "off":
-            self.hash_key = audit_hash_key(self.settings)
-        self.store = AuditStore(self.settings.audit_url, self.settings.audit_timeout_seconds)
+            self.hash_key = key
+        self.store = AuditStore(
+            self.settings.audit_url, self.settings.audit_timeout_seconds, chain_key(key)
+        )
         try:
             await asyncio.to_thread(self.store.prepare)
-        except SqliteInUse as exc:
+        except (SqliteInUse, SchemaMismatch) as exc:
             raise StartupRefused(str(exc)) from None
         self.writer = AuditWriter(
             self.store,
@@ -141,8 +148,14 @@ class Service:
             self.settings.audit_timeout_seconds,
             self.settings.audit_group_wait_ms / 1000.0,
             self.unrecorded_working,
+            self.settings.audit_unready_seconds,
         )
         self.writer.start()
+        if self.settings.audit_retention_days is not None:
+            task = retention.run(
+                self.store.engine, chain_key(key), self.settings.audit_retention_days, now_us
+            )
+            self._tasks.append(asyncio.create_task(task, name="iabma-audit-retention"))
 
     def unrecorded_working(self) -> int:
         """Requests yet to queue a record that are not parked in a batch waiting for the
@@ -192,7 +205,7 @@ class Service:
         except SQLAlchemyError as exc:
             log.error("audit query failed: %s", exc)
             raise AuditUnavailable(
-                f"the audit store is unavailable ({type(exc).__name__})", field="audit"
+                f"the audit store is unavailable ({cause(exc)})", field="audit"
             ) from None
 
     # -- the data plane ----------------------------------------------------------------------

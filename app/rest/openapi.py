@@ -24,7 +24,7 @@ from app.rest.schemas import ANSWERS, STRING, components, example_row, feature_v
 # an X-Request-ID header that is not a valid id is refused before routing.
 ERRORS: dict[tuple[str, str], tuple[int, ...]] = {
     ("/predict", "post"): (400, 413, 415, 422, 503),
-    ("/weights", "get"): (400, 404, 422, 503),
+    ("/weights", "get"): (400, 404, 410, 422, 503),
     ("/feedback", "post"): (400, 409, 413, 415, 422, 503),
     ("/performance", "get"): (400, 422, 503),
     ("/models", "get"): (400, 503),
@@ -39,7 +39,8 @@ OIP_PREFIX = "/v2"
 # Bodies that are not the error schema: these answers say "not ready" in their own shape.
 NOT_READY: dict[str, Schema] = {
     "/readyz": {"type": "object", "required": ["status"],
-                "properties": {"status": {"enum": ["loading", "draining"]}}},
+                "properties": {"status": {"enum": ["loading", "draining", "audit_unavailable"]},
+                               "reason": STRING}},
     "/v2/health/ready": {"type": "object", "required": ["ready"],
                          "properties": {"ready": {"const": False}}},
     "/v2/models/{name}/ready": {"anyOf": [

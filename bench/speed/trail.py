@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from app.audit.chain import chain_key
 from app.audit.records import AuditRecord, now_us
 from app.audit.store import AuditStore
 from app.bundle.loader import open_bundle
@@ -57,7 +58,7 @@ def seed(
     span = int(days * DAY_US)
     start = now_us() - span
     times = np.sort(rng.integers(start, start + span, n))
-    store = AuditStore(url, 30.0)
+    store = AuditStore(url, 30.0, chain_key(SEED_HASH_KEY))
     store.prepare()
     at, batch = 0, []
     for i in range(n):

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import httpx
 
-from tests.support.bundles import TEST_HASH_KEY, Bundles, audited, pg_count
+from tests.support.bundles import TEST_HASH_KEY, Bundles, assert_close, audited, pg_count
 from tests.support.harness import PYTHON, ROOT, UvicornProcess
 from tests.support.metrics import parse, total
 from tests.support.services import wait_for
@@ -79,7 +79,7 @@ def test_two_workers_share_one_postgres_trail(
             back = httpx.get(
                 served.base_url + "/weights", params={"request_id": r.json()["request_id"]}
             )
-            assert back.json()["predictions"] == audited(r.json()["predictions"])
+            assert_close(back.json()["predictions"], audited(r.json()["predictions"]))
         page = httpx.get(served.base_url + "/weights", params={"limit": 1000}).json()
         assert page["aggregate"]["records"] == N
 

@@ -75,6 +75,23 @@ def pg_count(url: str, table: str = "iabma_audit_log") -> int:
 AUDITED = ("prediction", "weights", "experts", "uncertainty")
 
 
+def assert_close(got: Any, want: Any, tol: float = 1e-6, at: str = "") -> None:
+    """``got == want`` but for numbers, which may differ by ``tol``: the trail keeps its
+    arrays as float32 (app.audit.codec), within 1e-7 of the answers served."""
+    if isinstance(want, dict):
+        assert isinstance(got, dict) and got.keys() == want.keys(), (at, got, want)
+        for k in want:
+            assert_close(got[k], want[k], tol, f"{at}.{k}")
+    elif isinstance(want, list):
+        assert isinstance(got, list) and len(got) == len(want), (at, got, want)
+        for i, (g, w) in enumerate(zip(got, want, strict=True)):
+            assert_close(g, w, tol, f"{at}[{i}]")
+    elif isinstance(want, float) and not isinstance(got, bool):
+        assert isinstance(got, int | float) and abs(got - want) <= tol, (at, got, want)
+    else:
+        assert got == want, (at, got, want)
+
+
 def audited(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """A response's instances as the audit trail keeps them: every part, whatever the
     request's ``include`` left out of the answer."""

@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 import psycopg
 
+from app.audit.codec import pack_request_id, unpack_request_id
 from app.audit.records import AuditRecord
 from app.audit.store import AuditStore
 from app.audit.writer import AuditWriter
@@ -58,6 +59,20 @@ class Trail:
             "create trigger refuse before insert on iabma_audit_log "
             "for each row execute function refuse()"
         )
+
+    def blob(self, data: bytes) -> str:
+        """``data`` as a SQL literal of this database."""
+        if self.sqlite_file is not None:
+            return f"X'{data.hex()}'"
+        return f"'\\x{data.hex()}'::bytea"
+
+    def rid(self, request_id: str) -> str:
+        """A request id as the trail stores it, as a SQL literal."""
+        return self.blob(pack_request_id(request_id))
+
+    def request_ids(self, where: str = "") -> list[str]:
+        rows = self.rows(f"select request_id from iabma_audit_log {where} order by id")
+        return [unpack_request_id(bytes(r[0])) for r in rows]
 
     def count(self) -> int:
         return int(self.rows("select count(*) from iabma_audit_log")[0][0])

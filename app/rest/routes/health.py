@@ -5,11 +5,15 @@ from __future__ import annotations
 from fastapi import APIRouter
 from starlette.responses import Response
 
+from app.core.service import Service
 from app.rest.responses import json_response
 from app.rest.routes import router_of
 from app.rest.routes.deps import ServiceDep
 
-READY = "200 with a bundle loaded; 503 while loading or draining after SIGTERM."
+READY = (
+    "200 with a bundle loaded; 503 while loading, draining after SIGTERM, or while audit "
+    "commits have failed for IABMA_AUDIT_UNREADY_SECONDS (`reason` names the cause)."
+)
 MODELS = (
     "The served bundle's manifest: experts, their test metrics, the version; and "
     "`rollout`: whether this worker follows LATEST, and the version it last refused."
@@ -20,9 +24,18 @@ async def livez() -> Response:
     return json_response({"status": "alive"})
 
 
+def audit_unready(service: Service) -> str | None:
+    """Why the trail makes this replica unready (app.audit.health), or None."""
+    writer = service.writer
+    return writer.health.unready() if writer is not None else None
+
+
 async def readyz(service: ServiceDep) -> Response:
     runtime = service.runtime
     model = runtime.current
+    unready = audit_unready(service)
+    if unready is not None and not runtime.draining:
+        return json_response({"status": "audit_unavailable", "reason": unready}, status=503)
     if runtime.ready and model is not None:
         return json_response({"status": "ready", "model": model.name, "version": model.version})
     reason = "draining" if runtime.draining else "loading"

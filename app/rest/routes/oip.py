@@ -22,6 +22,7 @@ from app.rest.body import check_content_type, parse_json, read_body
 from app.rest.responses import json_response
 from app.rest.routes import router_of
 from app.rest.routes.deps import ServiceDep, context_of, service_of
+from app.rest.routes.health import audit_unready
 
 OCTET_STREAM = frozenset({"application/octet-stream"})
 
@@ -41,7 +42,7 @@ async def live() -> Response:
 
 
 async def ready(service: ServiceDep) -> Response:
-    ok = service.runtime.ready
+    ok = service.runtime.ready and audit_unready(service) is None
     return json_response({"ready": ok}, status=200 if ok else 503)
 
 
@@ -51,7 +52,7 @@ async def model_metadata(name: str, service: ServiceDep) -> Response:
 
 async def model_ready(name: str, service: ServiceDep) -> Response:
     model = served(service, name)
-    ok = service.runtime.ready
+    ok = service.runtime.ready and audit_unready(service) is None
     return json_response({"name": model.name, "ready": ok}, status=200 if ok else 503)
 
 

@@ -13,11 +13,11 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import numpy as np
 import psycopg
 import pytest
 
-from tests.support.bundles import Bundles, make_settings
+from app.audit.codec import unpack, unpack_request_id, weight_sums
+from tests.support.bundles import Bundles, assert_close, make_settings
 from tests.support.harness import AsgiHarness, UvicornHarness, harness
 from tests.support.metrics import totals
 from tests.support.services import PG_DSN, schema_of
@@ -63,27 +63,33 @@ def test_n_concurrent_requests_give_n_records(
             responses = app.run(_burst(app.base_url, rows, httpx.ASGITransport(app=app.app)))
         assert [r.status_code for r in responses] == [200] * N
         assert trail.count() == N
-        stored = dict(trail.rows("select request_id, weights from iabma_audit_log"))
+        stored = {
+            unpack_request_id(bytes(rid)): (int(n), bytes(blob))
+            for rid, n, blob in trail.rows(
+                "select request_id, n_instances, answer from iabma_audit_log"
+            )
+        }
+        names = bundles.demo.est.expert_names_
         for r in responses:
             rid = r.json()["request_id"]
             sent = r.json()["predictions"]
-            # The record keeps the answer as arrays, the experts' own outputs among them.
-            w = np.frombuffer(stored[rid], "<f8").reshape(1, -1)[0]
-            assert w.tolist() == list(sent[0]["weights"].values())
+            # The record keeps the answer as packed arrays, the experts' own among them.
+            n, blob = stored[rid]
+            kept = unpack(blob, "classification", n, len(names), 2)
+            want = [sent[0]["weights"][e] for e in names]
+            assert kept.weights[0] == pytest.approx(want, abs=1e-7)
             back = app.get("/weights", params={"request_id": rid}).json()
-            assert back["predictions"] == sent
+            assert_close(back["predictions"], sent)
             assert back["version"] == r.json()["version"]
         made = totals(app, commits)[commits] - before
         assert 0 < made < N, "concurrent records share group commits"
-    # Each record's per-expert sums (what /weights aggregates) equal its answer's weights.
-    sums = trail.rows("select experts, weight_sums, top_counts, n_instances from iabma_audit_log")
-    summed = np.zeros(len(json.loads(sums[0][0])))
-    for _experts, blob, tops, n in sums:
-        assert int(n) == 1 and np.frombuffer(tops, "<i8").sum() == 1
-        summed += np.frombuffer(blob, "<f8")
-    for j, expert in enumerate(json.loads(sums[0][0])):
-        assert summed[j] == pytest.approx(
-            sum(r.json()["predictions"][0]["weights"][expert] for r in responses)
+    # What /weights aggregates, summed from the records, equals the answers' weights.
+    blobs = [blob for _, blob in stored.values()]
+    sums, tops = weight_sums(blobs, [1] * len(blobs), len(names))
+    assert (tops.sum(axis=1) == 1).all()
+    for j, expert in enumerate(names):
+        assert sums[:, j].sum() == pytest.approx(
+            sum(r.json()["predictions"][0]["weights"][expert] for r in responses), abs=1e-6
         )
 
 
@@ -99,10 +105,10 @@ def test_payload_modes(mode: str, trail: Trail, serve: Callable[..., Any]) -> No
     ((raw_json, raw_hash),) = trail.rows("select input_json, input_hash from iabma_audit_log")
     if mode == "full":
         assert stored == {"mode": "full", "hmac_sha256": digest, "instances": instances[:1]}
-        assert json.loads(raw_json) == instances[:1] and raw_hash == digest
+        assert json.loads(raw_json) == instances[:1] and bytes(raw_hash).hex() == digest
     elif mode == "hash":
         assert stored == {"mode": "hash", "hmac_sha256": digest}
-        assert raw_json is None and raw_hash == digest
+        assert raw_json is None and bytes(raw_hash).hex() == digest
     else:
         assert stored == {"mode": "off"}
         assert raw_json is None and raw_hash is None

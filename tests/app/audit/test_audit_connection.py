@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from app.audit import connection
+from app.audit.codec import unpack_request_id
 from app.audit.store import AuditStore
 from app.audit.writer import AuditWriter
 from app.metrics import ServiceMetrics
@@ -30,7 +31,7 @@ def test_a_connection_the_database_closed_while_idle_is_replaced_unseen(pg_url: 
     store.insert([make_record("after")])  # raised AdminShutdown before: a 503
     store.close()
     trail = Trail(pg_url, None)
-    assert sorted(r[0] for r in trail.rows("select request_id from iabma_audit_log")) == [
+    assert sorted(trail.request_ids()) == [
         "after",
         "before",
     ]
@@ -60,7 +61,9 @@ def test_a_deleted_sqlite_trail_is_refused_not_written_to(
 
     with caplog.at_level(logging.ERROR, logger="iabma.audit"):
         outcomes = asyncio.run(main())
-    assert all("audit store is unavailable (TrailGone)" in str(e) for e in outcomes), outcomes
+    assert all(
+        "audit store is unavailable (TrailGone: the SQLite trail" in str(e) for e in outcomes
+    ), outcomes
     assert not db.exists(), "no empty trail is made in its place"
     failures = [r for r in caplog.records if "failed" in r.getMessage()]
     assert len(failures) == 1 and failures[0].exc_info, "one line with its traceback, not five"
@@ -85,5 +88,5 @@ def test_a_group_with_time_left_gets_its_whole_lock_wait_back(tmp_path: Path) ->
         release.join()
         holder.close()
     rows = sqlite3.connect(db).execute("select request_id from iabma_audit_log").fetchall()
-    assert sorted(r[0] for r in rows) == ["fresh", "hurried", "patient"]
+    assert sorted(unpack_request_id(r[0]) for r in rows) == ["fresh", "hurried", "patient"]
     store.close()

@@ -72,7 +72,7 @@ def test_a_group_is_one_transaction_even_over_several_statements(trail: Trail) -
         assert trail.count() == n
         # The last record fails its NOT NULL column, in the group's second statement.
         bad = [make_record(f"bad-{k}") for k in range(n)]
-        bad[-1] = dataclasses.replace(bad[-1], request_id=None)  # type: ignore[arg-type]
+        bad[-1] = dataclasses.replace(bad[-1], created_us=None)  # type: ignore[arg-type]
         with pytest.raises(Exception, match="(?i)null"):
             store.insert(bad)
         assert trail.count() == n

@@ -1,39 +1,95 @@
-"""The trail's tables across releases: a trail made before the experts' own outputs were
-kept gains their column at start-up, and its older records read back without them."""
+"""The trail's tables across releases: a trail of schema 1 (before compact records) is
+refused at start-up, naming ``iabma audit-migrate``, which keeps every record and its id."""
 
 from __future__ import annotations
 
 import dataclasses
 
 import numpy as np
+import pytest
 
+from app.audit.chain import chain_key
 from app.audit.store import AuditStore
+from app.audit.tables import SchemaMismatch
+from app.cli.main import main
+from tests.support.bundles import TEST_HASH_KEY
 from tests.support.services import make_record
 from tests.support.trail import Trail
 
+V1 = """create table iabma_audit_log (
+    id {id} primary key, request_id varchar(128) not null, created_us bigint not null,
+    model varchar(128) not null, version varchar(128) not null, route varchar(32) not null,
+    task varchar(16) not null, n_instances integer not null, top_expert varchar(128) not null,
+    latency_ms double precision not null, experts text not null, classes text,
+    weights {b} not null, prediction {b} not null, uncertainty {b} not null,
+    weight_sums {b} not null, top_counts {b} not null, input_mode varchar(8) not null,
+    input_hash varchar(64), input_json text, expert_outputs {b})"""
+SERVER_ID = "0190a1b2c3d4e5f60718293a4b5c6d7e"
+W1 = np.array([[0.25, 0.70, 0.05]])
+P1 = np.array([[0.4, 0.6]])
+E1 = np.array([[[0.3, 0.7], [0.45, 0.55], [0.9, 0.1]]])
+U1 = np.array([[0.67, 0.6, 0.07, 0.5]])
+W2 = np.array([[0.5, 0.25, 0.25], [0.1, 0.2, 0.7]])
 
-def test_an_older_trail_gains_the_experts_column_and_keeps_its_records(trail: Trail) -> None:
+
+def schema_1(trail: Trail) -> None:
+    """Two records as the previous release wrote them, outcomes pointing at ids 7 and 9."""
+    pg = trail.sqlite_file is None
+    if trail.sqlite_file is not None:
+        trail.sqlite_file.parent.mkdir(parents=True, exist_ok=True)
+    trail.execute(V1.format(id="bigserial" if pg else "integer", b="bytea" if pg else "blob"))
+    trail.execute("create index ix_iabma_audit_log_time on iabma_audit_log (model, created_us, id)")
+
+    def blob(a: np.ndarray) -> str:
+        return trail.blob(np.ascontiguousarray(a, "<f8").tobytes())
+
+    experts = '\'["a", "b", "c"]\''
+    for rid, (id_, w, outputs) in {
+        "old-1": (7, W1, blob(E1)),
+        SERVER_ID: (9, W2, "null"),
+    }.items():
+        n = len(w)
+        trail.execute(
+            "insert into iabma_audit_log values ("
+            f"{id_}, '{rid}', 1700000000000000, 'demo', 'v1', 'predict', 'classification', {n},"
+            f" 'b', 1.5, {experts}, '[0, 1]', {blob(w)}, {blob(np.tile(P1, (n, 1)))},"
+            f" {blob(np.tile(U1, (n, 1)))}, {blob(w.sum(axis=0))}, {blob(w.sum(axis=0))},"
+            f" 'hash', '{'ab' * 32}', null, {outputs})"
+        )
+
+
+def test_a_schema_1_trail_is_refused_then_migrated_whole(
+    trail: Trail, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("IABMA_AUDIT_HASH_KEY", TEST_HASH_KEY)
+    schema_1(trail)
     store = AuditStore(trail.url, 10.0)
-    store.prepare()
-    store.insert([make_record("before-upgrade")])
-    store.close()
-    # The trail as the previous release left it: no expert_outputs column.
-    trail.execute("alter table iabma_audit_log drop column expert_outputs")
-
-    for _ in range(2):  # a second start (or a second worker) finds the column there
-        store = AuditStore(trail.url, 10.0)
+    with pytest.raises(SchemaMismatch, match="has schema 1.*iabma audit-migrate --audit-url"):
         store.prepare()
-        store.close()
-    store = AuditStore(trail.url, 10.0)
-    store.prepare()
-    served = np.array([[[0.3, 0.7], [0.9, 0.1]]])
-    store.insert([dataclasses.replace(make_record("after-upgrade"), expert_outputs=served)])
-    old, new = store.find("before-upgrade"), store.find("after-upgrade")
     store.close()
 
-    assert old is not None and new is not None
-    assert "experts" not in old["predictions"][0], "an older record has no experts' outputs"
-    assert new["predictions"][0]["experts"] == {
-        "a": {"label": 1, "probabilities": {"0": 0.3, "1": 0.7}},
-        "b": {"label": 0, "probabilities": {"0": 0.9, "1": 0.1}},
-    }
+    assert main(["audit-migrate", "--audit-url", trail.url]) == 0
+    assert "2 of 2 records copied" in capsys.readouterr().out
+    assert sorted(r[0] for r in trail.rows("select id from iabma_audit_log")) == [7, 9]
+    assert trail.rows("select count(*) from iabma_audit_log_v1")[0][0] == 2
+
+    store = AuditStore(trail.url, 10.0, chain_key(TEST_HASH_KEY.encode()))
+    store.prepare()  # schema 2 now: starts
+    old, server = store.find("old-1"), store.find(SERVER_ID)
+    store.insert([dataclasses.replace(make_record("after"), experts=("a", "b"))])
+    store.close()
+    assert old is not None and server is not None
+    assert old["input"] == {"mode": "hash", "hmac_sha256": "ab" * 32}
+    assert (old["top_expert"], old["latency_ms"], old["version"]) == ("b", 1.5, "v1")
+    row = old["predictions"][0]
+    assert list(row["weights"].values()) == pytest.approx(W1[0].tolist(), abs=1e-7)
+    assert row["experts"]["c"]["probabilities"]["1"] == pytest.approx(0.1, abs=1e-7)
+    assert row["uncertainty"]["total"] == pytest.approx(0.67, abs=1e-7)
+    assert [list(r["weights"].values()) for r in server["predictions"]] == [
+        pytest.approx(w, abs=1e-7) for w in W2.tolist()
+    ]
+    assert "experts" not in server["predictions"][0], "it had no experts' outputs"
+    assert max(r[0] for r in trail.rows("select id from iabma_audit_log")) > 9
+    assert main(["audit-verify", "--audit-url", trail.url]) == 0, capsys.readouterr().out
+    assert main(["audit-migrate", "--audit-url", trail.url]) == 2
+    assert "is not schema 1" in capsys.readouterr().err

@@ -1,0 +1,126 @@
+"""Removing records older than ``IABMA_AUDIT_RETENTION_DAYS``, with their outcomes, in
+the background and in small batches, leaving the chain verifiable.
+
+The unit is the link (:mod:`app.audit.chain`): a chain's links whose newest record is
+older than the cut-off go, with their records. First a keyed cut is written per chain
+(what ``audit-verify`` starts from), then the records go in batches of :data:`BATCH`, each
+its own short transaction (on SQLite a commit waits at most one batch, a few ms; on
+PostgreSQL deletes take no lock an insert waits on), then the links.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import Engine, Table, and_, delete, false, insert, or_, select
+
+from app.audit.chain import cut_mac
+from app.audit.tables import cuts, links, outcomes, records
+
+log = logging.getLogger("iabma.audit")
+BATCH = 2_000
+
+
+@dataclass
+class Pruned:
+    records: int = 0
+    outcomes: int = 0
+    links: int = 0
+
+
+def _ends(engine: Engine, before_us: int) -> dict[int, tuple[int, bytes]]:
+    """Per chain, its last link older than ``before_us``: (seq, mac). A chain's links are
+    in time order, so those older form a prefix of it."""
+    c = links.c
+    with engine.connect() as conn:
+        rows = conn.execute(
+            select(c.chain, c.seq, c.mac).where(c.created_us < before_us).order_by(c.chain, c.seq)
+        ).all()
+    ends: dict[int, tuple[int, bytes]] = {}
+    for row in rows:
+        ends[int(row[0])] = (int(row[1]), bytes(row[2]))
+    return ends
+
+
+def _write_cuts(
+    engine: Engine, key: bytes, ends: dict[int, tuple[int, bytes]], before: int
+) -> None:
+    with engine.begin() as conn:
+        for chain, (seq, mac) in ends.items():
+            conn.execute(delete(cuts).where(cuts.c.chain == chain))
+            conn.execute(
+                insert(cuts).values(
+                    chain=chain,
+                    through_seq=seq,
+                    before_us=before,
+                    mac_at=mac,
+                    mac=cut_mac(key, chain, seq, mac, before),
+                )
+            )
+
+
+def _in_batches(engine: Engine, t: Table, where: list[Any], order: Any) -> int:
+    """Delete the rows matching ``where``, :data:`BATCH` at a time, oldest first."""
+    done = 0
+    while True:
+        ids = select(t.c.id).where(*where).order_by(order).limit(BATCH)
+        with engine.begin() as conn:
+            n = conn.execute(delete(t).where(t.c.id.in_(ids.scalar_subquery()))).rowcount
+        done += n
+        if n < BATCH:
+            return done
+
+
+def prune(
+    engine: Engine, key: bytes, before_us: int, progress: Callable[[int], None] | None = None
+) -> Pruned:
+    """Remove what is older than ``before_us``: records of links wholly before it (and
+    records in no link), their outcomes, and those links."""
+    out = Pruned()
+    ends = _ends(engine, before_us)
+    if ends:
+        _write_cuts(engine, key, ends, before_us)
+    c = records.c
+    covered = [and_(c.chain == chain, c.seq <= seq) for chain, (seq, _) in ends.items()]
+    mine = or_(c.chain.is_(None), *covered) if covered else or_(c.chain.is_(None), false())
+    out.records = _in_batches(engine, records, [c.created_us < before_us, mine], c.created_us)
+    if progress is not None:
+        progress(out.records)
+    o = outcomes.c
+    out.outcomes = _in_batches(engine, outcomes, [o.record_us < before_us], o.record_us)
+    with engine.begin() as conn:
+        for chain, (seq, _) in ends.items():
+            out.links += conn.execute(
+                delete(links).where(links.c.chain == chain, links.c.seq <= seq)
+            ).rowcount
+    return out
+
+
+DAY_US = 86_400_000_000
+FIRST_AFTER_S = 10.0
+EVERY_S = 300.0
+
+
+async def run(
+    engine: Engine, key: bytes, days: float, now_us: Callable[[], int], every_s: float = EVERY_S
+) -> None:
+    """The server's task: prune now and then, on a worker thread, for ever."""
+    import asyncio
+
+    await asyncio.sleep(min(FIRST_AFTER_S, every_s))
+    while True:
+        before = now_us() - round(days * DAY_US)
+        try:
+            done = await asyncio.to_thread(prune, engine, key, before)
+        except Exception as exc:  # the next round tries again; serving goes on
+            log.error("audit retention failed: %s", exc)
+        else:
+            if done.records or done.outcomes:
+                log.info(
+                    "audit retention removed %d records, %d outcomes, %d links",
+                    done.records, done.outcomes, done.links,
+                )  # fmt: skip
+        await asyncio.sleep(every_s)

@@ -1,0 +1,105 @@
+"""``iabma audit-verify``: check the audit trail against its tamper-evident chain.
+
+Every group commit of the server extends a chain of HMAC links over its records
+(docs/design.md, "Tamper evidence"). This walks the chain and names every record edited,
+deleted or inserted in the database outside the server; it exits 1 if there is any, 0 if
+the trail is intact. The key is the server's: IABMA_AUDIT_HASH_KEY (or _FILE), or the key
+file beside a SQLite trail. ``--since`` checks the links committed from that time on.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from typing import Any
+
+from app.cli.errors import CommandError, option_fault
+from app.cli.text import command
+
+MAX_SHOWN = 1000
+
+
+def add_parser(sub: Any) -> None:
+    p = command(sub, "audit-verify", "check the audit trail against its HMAC chain", __doc__)
+    p.add_argument(
+        "--audit-url", default=None, help="the trail's SQLAlchemy URL (default IABMA_AUDIT_URL)"
+    )
+    p.add_argument("--since", default=None, help="ISO 8601 time: check links from then on")
+    p.set_defaults(run=run)
+
+
+def parse_time(option: str, text: str) -> int:
+    """An ISO 8601 time (a naive one is UTC) as microseconds since the epoch."""
+    from datetime import UTC, datetime
+
+    try:
+        stamp = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise CommandError(
+            option_fault(option, text, "is not an ISO 8601 time, e.g. 2026-01-31T00:00:00Z")
+        ) from None
+    if stamp.tzinfo is None:
+        stamp = stamp.replace(tzinfo=UTC)
+    delta = stamp - datetime(1970, 1, 1, tzinfo=UTC)
+    return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
+
+
+def trail_key(audit_url: str | None) -> tuple[Any, bytes]:
+    """The settings for the option (or IABMA_AUDIT_URL), and the trail's chain key."""
+    from app.audit.chain import chain_key
+    from app.audit.hashkey import audit_hash_key
+    from app.errors import StartupRefused
+    from app.settings import SettingsError, load_settings
+
+    shown = audit_url or "IABMA_AUDIT_URL"
+    try:
+        settings = load_settings(**({"audit_url": audit_url} if audit_url else {}))
+        key = audit_hash_key(settings, make=False)
+    except (SettingsError, StartupRefused) as exc:
+        raise CommandError(option_fault("--audit-url", shown, str(exc))) from None
+    return settings, chain_key(key)
+
+
+def open_trail(audit_url: str | None) -> tuple[Any, bytes]:
+    """The trail's engine and its chain key, from the option or IABMA_AUDIT_URL."""
+    from sqlalchemy import inspect
+
+    from app.audit.tables import make_engine, records
+
+    settings, key = trail_key(audit_url)
+    engine = make_engine(settings.audit_url, settings.audit_timeout_seconds)
+    if not inspect(engine).has_table(records.name):
+        engine.dispose()
+        shown = audit_url or "IABMA_AUDIT_URL"
+        raise CommandError(option_fault("--audit-url", shown, "holds no audit trail"))
+    return engine, key
+
+
+def run(args: argparse.Namespace) -> int:
+    from sqlalchemy import func, select
+
+    from app.audit.tables import records
+    from app.audit.verify import verify
+    from app.cli.progress import ProgressBar
+
+    since = parse_time("--since", args.since) if args.since else None
+    engine, key = open_trail(args.audit_url)
+    began = time.perf_counter()
+    with engine.connect() as conn:
+        total = int(conn.execute(select(func.count()).select_from(records)).scalar_one())
+    bar = ProgressBar(total, "records")
+    try:
+        report = verify(engine, key, since, bar.update)
+    finally:
+        bar.close()
+        engine.dispose()
+    took = time.perf_counter() - began
+    for line in report.findings[:MAX_SHOWN]:
+        print(line)
+    if len(report.findings) > MAX_SHOWN:
+        print(f"... and {len(report.findings) - MAX_SHOWN:,} more")
+    verdict = "intact" if report.intact else f"{len(report.findings):,} problems"
+    print(
+        f"{report.records:,} records in {report.links:,} links checked in {took:.1f} s: {verdict}"
+    )
+    return 0 if report.intact else 1
