@@ -16,8 +16,10 @@ from typing import Any
 import orjson
 from sqlalchemy import Engine, select
 
+from app.audit.codec import unpack_request_id
 from app.audit.records import _hmac, canonical_json
 from app.audit.tables import outcomes, records
+from app.audit.versions import ReaderVersions
 
 
 @dataclass(frozen=True)
@@ -36,12 +38,13 @@ class LabelledRow:
 @dataclass(frozen=True)
 class RecordInput:
     """What a record kept of its request's input: ``mode`` ``full`` (``instances`` set),
-    ``hash`` (``hmac_sha256`` of the canonical JSON of the instances) or ``off``."""
+    ``hash`` (``hmac_sha256``, the 32 bytes of the keyed hash of the canonical JSON of the
+    instances) or ``off``."""
 
     request_id: str
     mode: str
     n_instances: int
-    hmac_sha256: str | None
+    hmac_sha256: bytes | None
     instances: list[dict[str, Any]] | None
 
 
@@ -70,7 +73,7 @@ def labelled_rows(
     with engine.connect() as conn:
         found: list[Any] = list(conn.execute(query).fetchall())
         ids = sorted({int(row[0]) for row in found})
-        inputs = _inputs(conn, ids)
+        inputs = _inputs(conn, ReaderVersions(engine), ids)
     names: dict[str, tuple[str, ...]] = {}
     rows = [
         LabelledRow(
@@ -91,20 +94,26 @@ def labelled_rows(
 IDS_PER_QUERY = 2000
 
 
-def _inputs(conn: Any, ids: list[int]) -> dict[int, RecordInput]:
+def _inputs(conn: Any, versions: ReaderVersions, ids: list[int]) -> dict[int, RecordInput]:
     r = records.c
     out: dict[int, RecordInput] = {}
     for start in range(0, len(ids), IDS_PER_QUERY):
         chunk = ids[start : start + IDS_PER_QUERY]
         query = select(
-            r.id, r.request_id, r.input_mode, r.n_instances, r.input_hash, r.input_json
+            r.id, r.request_id, r.version_id, r.n_instances, r.input_hash, r.input_json
         ).where(r.id.in_(chunk))
-        for rid, req, mode, n, digest, text in conn.execute(query):
+        for rid, req, vid, n, digest, text in conn.execute(query):
             instances = orjson.loads(text) if text is not None else None
-            out[int(rid)] = RecordInput(req, mode, int(n), digest, instances)
+            out[int(rid)] = RecordInput(
+                unpack_request_id(bytes(req)),
+                versions.get(int(vid)).input_mode,
+                int(n),
+                bytes(digest) if digest is not None else None,
+                instances,
+            )
     return out
 
 
-def input_hmac(key: bytes, instances: list[dict[str, Any]]) -> str:
+def input_hmac(key: bytes, instances: list[dict[str, Any]]) -> bytes:
     """The keyed hash the trail keeps of a request's ``instances`` in ``hash`` mode."""
     return _hmac(key, canonical_json(instances))
