@@ -13,6 +13,7 @@ from sklearn.base import clone
 from tqdm.auto import tqdm
 
 from training.errors import ParameterError
+from training.experts.caps import capped
 from training.experts.models import OnnxExpertModel, SklearnExpertModel, build_estimator
 from training.experts.parallel import run_all
 from training.experts.spec import Expert
@@ -152,14 +153,17 @@ class ExpertSet:
             sub = expert_schema(expert, schema)
             est = build_estimator(expert, sub, frame)
             args = (sub, self.task, self.n_classes, expert.name, expert.preprocess == "none")
+            caps = (expert.max_rows, expert.max_draws, self.random_state)
             for k, (tr, va) in enumerate(splits):
                 # Under "holdout" the one fold model is also the served expert.
                 keep = holdout and k == len(splits) - 1
-                jobs.append((clone(est), frame.iloc[tr], y[tr], *args, frame.iloc[va], keep))
+                jobs.append(
+                    (clone(est), frame.iloc[tr], y[tr], *args, frame.iloc[va], keep, caps)
+                )
                 owners.append((j, va))
             if not holdout:
                 in_sample = frame if self.likelihood_source == "in_sample" else None
-                jobs.append((clone(est), frame, y, *args, in_sample, True))
+                jobs.append((clone(est), frame, y, *args, in_sample, True, caps))
                 owners.append((j, None))
         return jobs, owners
 
@@ -179,9 +183,12 @@ def _fit_job(
     user_columns: bool,
     X_pred: pd.DataFrame | None,
     keep_model: bool,
+    caps: tuple[int | None, int | None, int] = (None, None, 0),
 ) -> tuple[SklearnExpertModel | None, np.ndarray | None]:
-    """Fit one expert on ``(X, y)``; return the model if kept, and its predictions on
-    ``X_pred``. A module-level function, so joblib can ship it to another process."""
+    """Fit one expert on ``(X, y)`` within its ``caps`` (max_rows, max_draws, seed); return
+    the model if kept, and its predictions on ``X_pred``. A module-level function, so
+    joblib can ship it to another process."""
+    est, X, y = capped(est, X, y, task, *caps)
     model = SklearnExpertModel(est, sub, task, n_classes, user_columns)
     try:
         est.fit(model.inputs_of(X), y)
