@@ -102,7 +102,9 @@ class ExpertSet:
         jobs, owners = self._jobs(frame, y, schema, splits)
         outs: dict[int, np.ndarray] = {}
         finals: dict[int, SklearnExpertModel] = {}
-        done = run_all(_fit_job, jobs, self.n_jobs, self.scheduler)
+        done = run_all(
+            _fit_job, jobs, self.n_jobs, self.scheduler, "fitting experts" if self.verbose else None
+        )
         for (j, va), (model, pred) in zip(owners, done, strict=True):
             if j not in outs:
                 shape = (n, self.n_classes) if self.task == "classification" else (n,)
@@ -169,7 +171,10 @@ class ExpertSet:
 
     def predict_raw(self, frame: pd.DataFrame) -> np.ndarray:
         """``(n, m, C)`` or ``(n, m)`` predictions of the final experts on ``frame``."""
-        return np.stack([m.predict_raw(frame) for m in self.models_], axis=1)
+        # Large frames take a while (each graph runs in chunks): show progress for them.
+        quiet = not self.verbose or len(frame) < 10_000
+        bar = tqdm(self.models_, desc=f"predicting {len(frame)} rows", disable=quiet, leave=False)
+        return np.stack([m.predict_raw(frame) for m in bar], axis=1)
 
 
 def _fit_job(
