@@ -73,7 +73,6 @@ def make_scale_csv(path: Path, n: int, seed: int = 0) -> pd.DataFrame:
     frame["y"] = (rng.random(n) < 1 / (1 + np.exp(-logit))).astype(int)
     for name in ("num6", "num7", "cat3"):  # about 3% missing
         frame.loc[rng.random(n) < 0.03, name] = None
-    frame.to_csv(path, index=False, float_format="%.5g")
     return frame
 
 
@@ -251,9 +250,10 @@ def run_case(n: int, workdir: Path, args: argparse.Namespace) -> dict[str, Any]:
         name = f"scale{n}{label}"
         print(f"[{n} rows] training ({label}) ...", flush=True)
         if sched:
-            with local_cluster(args.worker_memory) as address, PeakRss(
-                psutil.Process().pid
-            ) as workers:
+            with (
+                local_cluster(args.worker_memory) as address,
+                PeakRss(psutil.Process().pid) as workers,
+            ):
                 res = train(csv, store, name, address)
             res["dask_workers_rss"] = workers.summary(exclude=psutil.Process().pid)
         else:
@@ -331,7 +331,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     RESULTS.mkdir(parents=True, exist_ok=True)
     base = RESULTS / f"train_scale-{stamp}"
     record = {
-        "machine": {"cpus": psutil.cpu_count(), "ram_gb": round(psutil.virtual_memory().total / GB)},
+        "machine": {
+            "cpus": psutil.cpu_count(),
+            "ram_gb": round(psutil.virtual_memory().total / GB),
+            "note": "shared with other work while it ran",
+        },
         "cases": cases,
     }
     base.with_suffix(".json").write_text(json.dumps(record, indent=1))
@@ -341,7 +345,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(text)
     for c in cases:
         if "dask_same_graphs" in c:
-            print(f"{c['rows']:,} rows: Dask bundle graphs identical to local: {c['dask_same_graphs']}")
+            same = c["dask_same_graphs"]
+            print(f"{c['rows']:,} rows: the Dask bundle's graphs are the local run's: {same}")
     print(f"wrote {base}.json, .md, .png")
     return 0
 

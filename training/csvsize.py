@@ -107,7 +107,8 @@ def sample_text(
                         kept[j] = (number, row)
                 number += 1
         except UnicodeDecodeError as exc:
-            raise CsvError(path, f"is not {encoding or 'utf-8'} text: {exc}; check --encoding") from None
+            wanted = encoding or "utf-8"
+            raise CsvError(path, f"is not {wanted} text: {exc}; check --encoding") from None
         except csv.Error as exc:
             raise CsvError(path, f"is not a readable CSV: {exc}") from None
     if header is None:

@@ -159,9 +159,10 @@ class ExpertSet:
             for k, (tr, va) in enumerate(splits):
                 # Under "holdout" the one fold model is also the served expert.
                 keep = holdout and k == len(splits) - 1
-                jobs.append(
-                    (clone(est), frame.iloc[tr], y[tr], *args, frame.iloc[va], keep, caps)
-                )
+                # The whole frame and the rows, not the rows' copies: K copies of a
+                # 1M-row frame per expert held at once took gigabytes, and joblib's Dask
+                # backend sends one frame once per worker.
+                jobs.append((clone(est), frame, y, *args, frame, keep, caps, (tr, va)))
                 owners.append((j, va))
             if not holdout:
                 in_sample = frame if self.likelihood_source == "in_sample" else None
@@ -189,10 +190,17 @@ def _fit_job(
     X_pred: pd.DataFrame | None,
     keep_model: bool,
     caps: tuple[int | None, int | None, int] = (None, None, 0),
+    rows: tuple[np.ndarray | None, np.ndarray | None] = (None, None),
 ) -> tuple[SklearnExpertModel | None, np.ndarray | None]:
     """Fit one expert on ``(X, y)`` within its ``caps`` (max_rows, max_draws, seed); return
-    the model if kept, and its predictions on ``X_pred``. A module-level function, so
-    joblib can ship it to another process."""
+    the model if kept, and its predictions on ``X_pred``. ``rows`` selects the rows of
+    ``X`` and of ``X_pred`` (all if None). A module-level function, so joblib can ship it
+    to another process."""
+    fit_rows, pred_rows = rows
+    if fit_rows is not None:
+        X, y = X.iloc[fit_rows], y[fit_rows]
+    if X_pred is not None and pred_rows is not None:
+        X_pred = X_pred.iloc[pred_rows]
     est, X, y = capped(est, X, y, task, *caps)
     model = SklearnExpertModel(est, sub, task, n_classes, user_columns)
     try:

@@ -55,7 +55,7 @@ def test_a_bounded_knn_serves_from_its_sample() -> None:
         Expert("forest", RandomForestClassifier(n_estimators=10, random_state=0), max_draws=250),
     ]
     est = IABMAClassifier(experts, combiner="uniform", cv=3).fit(train.X, train.y)
-    linear, knn, forest = est.experts_.models_
+    _, knn, forest = est.experts_.models_
     assert knn.estimator[-1].n_samples_fit_ == 300
     assert forest.estimator[-1].max_samples == 250
     # The served graph is the sampled kNN: it agrees with the fitted estimator.

@@ -12,7 +12,6 @@ from training.evaluate import BOOTSTRAP_RESAMPLES, BOOTSTRAP_ROWS, bootstrap_se
 from training.experts.spec import Expert
 
 
-
 def test_chunks_match_one_call() -> None:
     train, test = simulate(800, 5), simulate(300, 6)
     experts = [
