@@ -56,6 +56,13 @@ TARGETS = {1_000_000: (6.0, 900.0), 100_000: (3.0, None)}
 
 
 def make_scale_csv(path: Path, n: int, seed: int = 0) -> pd.DataFrame:
+    """Write :func:`scale_frame` to ``path``; return the frame."""
+    frame = scale_frame(n, seed)
+    frame.to_csv(path, index=False, float_format="%.5g")
+    return frame
+
+
+def scale_frame(n: int, seed: int = 0) -> pd.DataFrame:
     """``n`` rows: 14 numeric columns, 6 categorical ones, and a binary ``y``.
 
     Two regimes: where ``num0 > 0.5`` the class follows a ring in (num1, num2); elsewhere
