@@ -163,11 +163,14 @@ def train(csv: Path, store: Path, name: str, scheduler: str | None) -> dict[str,
         "wall_s": round(wall, 1),
         "stages_s": manifest["training"]["seconds"],
         "rss": rss.summary(),
-        "bundle_mb": round(sum(f.stat().st_size for f in version.iterdir()) / 1e6, 2),
+        "bundle_mb": round(
+            sum(f.stat().st_size for f in version.rglob("*") if f.is_file()) / 1e6, 2
+        ),
         "test_nll": manifest.get("metrics", {}).get("iabma", {}).get("nll"),
         "version_dir": str(version),
         "graphs_sha256": {
-            f.name: hashlib.sha256(f.read_bytes()).hexdigest() for f in version.glob("*.onnx")
+            str(f.relative_to(version)): hashlib.sha256(f.read_bytes()).hexdigest()
+            for f in sorted(version.rglob("*.onnx"))
         },
     }
 
