@@ -68,3 +68,14 @@ def test_the_default_bounds_can_be_dropped() -> None:
     assert bounded["knn"] == (KNN_MAX_ROWS, None)
     unbounded = default_experts("classification", bounded=False)
     assert all(e.max_rows is None and e.max_draws is None for e in unbounded)
+
+
+def test_below_their_bounds_the_defaults_fit_as_unbounded() -> None:
+    """Every shared dataset fits below the bounds, so it must train the same experts."""
+    train, test = simulate(600, 3), simulate(200, 4)
+    outputs = []
+    for bounded in (True, False):
+        experts = default_experts("classification", 0, bounded=bounded)
+        est = IABMAClassifier(experts, combiner="uniform", cv=2).fit(train.X, train.y)
+        outputs.append(est.expert_outputs(test.X))
+    np.testing.assert_array_equal(outputs[0], outputs[1])
