@@ -114,8 +114,9 @@ def read_text_frame(
         raise CsvError(path, "does not exist")
     encoding = check_encoding(encoding)
     numbers = None
-    if check_sample_rows(sample_rows) is not None:
-        raw, numbers = sample_text(path, int(sample_rows), seed, encoding)
+    rows = check_sample_rows(sample_rows)
+    if rows is not None:
+        raw, numbers = sample_text(path, rows, seed, encoding)
         encoding = "utf-8"
     else:
         check_fits(path, memory_limit)

@@ -71,8 +71,14 @@ def default_experts(task: str, random_state: int = 0, bounded: bool = True) -> l
         "hgb": {"max_rows": HGB_MAX_ROWS},
         "mlp": {"max_rows": MLP_MAX_ROWS},
     }
+    bounds = {name: caps.get(name, {}) if bounded else {} for name in models}
     return [
-        Expert(name, model, **(caps.get(name, {}) if bounded else {}))
+        Expert(
+            name,
+            model,
+            max_rows=bounds[name].get("max_rows"),
+            max_draws=bounds[name].get("max_draws"),
+        )
         for name, model in models.items()
     ]
 
