@@ -22,6 +22,7 @@ import numpy as np
 import pandas as pd
 
 from app.bundle.normalise import Normaliser
+from training.csvsize import check_fits, check_sample_rows, sample_text
 from training.errors import CsvError, DataWarning, ParameterError
 from training.hints import warn_identifier, warn_mostly_numeric
 
@@ -93,20 +94,36 @@ def sniff_delimiter(text: str) -> str:
     return best if counts[best] > 0 else ","
 
 
-def read_text_frame(path: Path | str, encoding: str | None = None) -> tuple[pd.DataFrame, str]:
+def read_text_frame(
+    path: Path | str,
+    encoding: str | None = None,
+    sample_rows: int | None = None,
+    seed: int = 0,
+    memory_limit: int | None = None,
+) -> tuple[pd.DataFrame, str]:
     """Every cell of the file as a string (``""`` for an empty cell), and the delimiter.
 
     The frame's index is each row's 0-based data row in the file: rows that repeat the
     header (files pasted together) are dropped with a warning, and the others keep their
-    numbers.
+    numbers. ``sample_rows`` reads a uniform random sample of that many rows (``seed``);
+    otherwise a file too large for ``memory_limit`` (default: the memory available) is
+    refused before it is read (:mod:`training.csvsize`).
     """
     path = Path(path)
     if not path.is_file():
         raise CsvError(path, "does not exist")
-    raw = path.read_bytes()
+    encoding = check_encoding(encoding)
+    numbers = None
+    rows = check_sample_rows(sample_rows)
+    if rows is not None:
+        raw, numbers = sample_text(path, rows, seed, encoding)
+        encoding = "utf-8"
+    else:
+        check_fits(path, memory_limit)
+        raw = path.read_bytes()
     if not raw.strip():
         raise CsvError(path, "is empty")
-    text = _decode(path, raw, check_encoding(encoding))
+    text = _decode(path, raw, encoding)
     delimiter = sniff_delimiter(text)
     try:
         header = next(csv.reader(io.StringIO(text), delimiter=delimiter))
@@ -154,6 +171,8 @@ def read_text_frame(path: Path | str, encoding: str | None = None) -> tuple[pd.D
             )
     except (pd.errors.ParserError, ValueError) as exc:
         raise CsvError(path, f"is not a readable CSV: {exc}") from None
+    if numbers is not None and len(numbers) == len(df):
+        df.index = pd.Index(numbers)
     df = _drop_header_repeats(path, df, header)
     if len(df) == 0:
         raise CsvError(path, "has a header but no data rows")

@@ -114,8 +114,13 @@ def load_csv(
     na_values: Sequence[str] | None = None,
     keep_default_na: bool = True,
     encoding: str | None = None,
+    sample_rows: int | None = None,
+    seed: int = 0,
 ) -> Dataset:
     """Read a CSV with the input rule and check that ``target`` suits ``task``.
+
+    ``sample_rows`` reads a uniform random sample of that many rows (drawn with ``seed``);
+    without it, a file too large to read in memory is refused (:mod:`training.csvsize`).
 
     Cells are typed by ``rule`` (pandas' missing-value strings by default): numeric
     columns become float64, the others pandas Categoricals that list every category in
@@ -126,7 +131,7 @@ def load_csv(
     path = Path(path)
     if task not in ("classification", "regression"):
         raise ParameterError("task", task, "must be 'classification' or 'regression'")
-    text, delimiter = read_text_frame(path, encoding)
+    text, delimiter = read_text_frame(path, encoding, sample_rows, seed)
     if target not in text.columns:
         raise CsvError(
             path, f"--target {target!r} is not a column; the columns are {list(text.columns)}"

@@ -21,6 +21,14 @@ def add_parser(sub: Any) -> None:
     )
     src.add_argument("--csv", type=Path, help="any CSV file")
     p.add_argument("--target", help="target column (with --csv)")
+    p.add_argument(
+        "--sample-rows",
+        type=int,
+        default=None,
+        metavar="N",
+        help="with --csv: train on a uniform random sample of N rows of the file (--seed), "
+        "for a file too large to read in memory",
+    )
     p.add_argument("--task", choices=["classification", "regression"], help="with --csv")
     p.add_argument("--drop", nargs="*", default=[], metavar="COL", help="columns to ignore")
     add_encoding_argument(p)
@@ -132,6 +140,8 @@ def load_split(args: argparse.Namespace) -> tuple[Any, Any, list[Any]]:
             na_values=args.na_values,
             keep_default_na=not args.no_default_na,
             encoding=args.encoding,
+            sample_rows=args.sample_rows,
+            seed=args.seed,
         )
     else:
         if (
@@ -141,11 +151,12 @@ def load_split(args: argparse.Namespace) -> tuple[Any, Any, list[Any]]:
             or args.task
             or args.drop
             or args.encoding
+            or args.sample_rows is not None
         ):
             raise ParameterError(
                 "--dataset",
                 args.dataset,
-                "takes none of --target, --task, --drop, --na-values, --encoding",
+                "takes none of --target, --task, --drop, --na-values, --encoding, --sample-rows",
             )
         data = load_shared(args.dataset, args.data_dir)
     if not 0.05 <= args.test_size <= 0.5:
@@ -219,6 +230,8 @@ def run(args: argparse.Namespace) -> int:
     from training.export.bundle import export_bundle
 
     t_load = time.perf_counter()
+    if args.csv is not None and not args.quiet and args.csv.is_file():
+        print(f"reading {args.csv} ({args.csv.stat().st_size / 1e6:.0f} MB)", flush=True)
     train, test, experts = load_split(args)
     load_s = time.perf_counter() - t_load
     if args.dry_run:

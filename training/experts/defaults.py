@@ -27,10 +27,23 @@ KNN_NEIGHBOURS = 15
 # so its trees cost more: 50 of them fit in half the time of 100 with the same held-out
 # RMSE on california (0.508).
 FOREST_REGRESSION = {**FOREST, "n_estimators": 50}
+# Bounds that keep the bundle and its latency flat as the training rows grow
+# (docs/design.md, "Bounded experts"): kNN's reference set is a stratified sample of
+# 20,000 rows (a 1000-row request compares with 20,000 rows, not with every training row);
+# each tree draws 20,000 rows, so the forest's size stops growing; boosting fits on
+# 250,000 rows, where its held-out loss has levelled off and its fit time has not; the
+# MLP, whose epochs grow with the rows, fits on 200,000 (1M rows train within 15 minutes).
+KNN_MAX_ROWS = 20_000
+FOREST_MAX_DRAWS = 20_000
+HGB_MAX_ROWS = 250_000
+MLP_MAX_ROWS = 200_000
 
 
-def default_experts(task: str, random_state: int = 0) -> list[Expert]:
-    """Linear model, random forest, kNN, histogram gradient boosting and an MLP."""
+def default_experts(task: str, random_state: int = 0, bounded: bool = True) -> list[Expert]:
+    """Linear model, random forest, kNN, histogram gradient boosting and an MLP.
+
+    ``bounded=False`` drops the row bounds above (to measure what they cost).
+    """
     rs = random_state
     if task == "classification":
         models = {
@@ -52,7 +65,22 @@ def default_experts(task: str, random_state: int = 0) -> list[Expert]:
                 hidden_layer_sizes=(64, 32), early_stopping=True, max_iter=300, random_state=rs
             ),
         }
-    return [Expert(name, model) for name, model in models.items()]
+    caps: dict[str, dict[str, int]] = {
+        "knn": {"max_rows": KNN_MAX_ROWS},
+        "forest": {"max_draws": FOREST_MAX_DRAWS},
+        "hgb": {"max_rows": HGB_MAX_ROWS},
+        "mlp": {"max_rows": MLP_MAX_ROWS},
+    }
+    bounds = {name: caps.get(name, {}) if bounded else {} for name in models}
+    return [
+        Expert(
+            name,
+            model,
+            max_rows=bounds[name].get("max_rows"),
+            max_draws=bounds[name].get("max_draws"),
+        )
+        for name, model in models.items()
+    ]
 
 
 def _raw_xy(model: object) -> Pipeline:

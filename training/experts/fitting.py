@@ -13,6 +13,7 @@ from sklearn.base import clone
 from tqdm.auto import tqdm
 
 from training.errors import ParameterError
+from training.experts.caps import capped
 from training.experts.models import OnnxExpertModel, SklearnExpertModel, build_estimator
 from training.experts.parallel import run_all
 from training.experts.spec import Expert
@@ -101,7 +102,9 @@ class ExpertSet:
         jobs, owners = self._jobs(frame, y, schema, splits)
         outs: dict[int, np.ndarray] = {}
         finals: dict[int, SklearnExpertModel] = {}
-        done = run_all(_fit_job, jobs, self.n_jobs, self.scheduler)
+        done = run_all(
+            _fit_job, jobs, self.n_jobs, self.scheduler, "fitting experts" if self.verbose else None
+        )
         for (j, va), (model, pred) in zip(owners, done, strict=True):
             if j not in outs:
                 shape = (n, self.n_classes) if self.task == "classification" else (n,)
@@ -152,20 +155,27 @@ class ExpertSet:
             sub = expert_schema(expert, schema)
             est = build_estimator(expert, sub, frame)
             args = (sub, self.task, self.n_classes, expert.name, expert.preprocess == "none")
+            caps = (expert.max_rows, expert.max_draws, self.random_state)
             for k, (tr, va) in enumerate(splits):
                 # Under "holdout" the one fold model is also the served expert.
                 keep = holdout and k == len(splits) - 1
-                jobs.append((clone(est), frame.iloc[tr], y[tr], *args, frame.iloc[va], keep))
+                # The whole frame and the rows, not the rows' copies: K copies of a
+                # 1M-row frame per expert held at once took gigabytes, and joblib's Dask
+                # backend sends one frame once per worker.
+                jobs.append((clone(est), frame, y, *args, frame, keep, caps, (tr, va)))
                 owners.append((j, va))
             if not holdout:
                 in_sample = frame if self.likelihood_source == "in_sample" else None
-                jobs.append((clone(est), frame, y, *args, in_sample, True))
+                jobs.append((clone(est), frame, y, *args, in_sample, True, caps))
                 owners.append((j, None))
         return jobs, owners
 
     def predict_raw(self, frame: pd.DataFrame) -> np.ndarray:
         """``(n, m, C)`` or ``(n, m)`` predictions of the final experts on ``frame``."""
-        return np.stack([m.predict_raw(frame) for m in self.models_], axis=1)
+        # Large frames take a while (each graph runs in chunks): show progress for them.
+        quiet = not self.verbose or len(frame) < 10_000
+        bar = tqdm(self.models_, desc=f"predicting {len(frame)} rows", disable=quiet, leave=False)
+        return np.stack([m.predict_raw(frame) for m in bar], axis=1)
 
 
 def _fit_job(
@@ -179,9 +189,19 @@ def _fit_job(
     user_columns: bool,
     X_pred: pd.DataFrame | None,
     keep_model: bool,
+    caps: tuple[int | None, int | None, int] = (None, None, 0),
+    rows: tuple[np.ndarray | None, np.ndarray | None] = (None, None),
 ) -> tuple[SklearnExpertModel | None, np.ndarray | None]:
-    """Fit one expert on ``(X, y)``; return the model if kept, and its predictions on
-    ``X_pred``. A module-level function, so joblib can ship it to another process."""
+    """Fit one expert on ``(X, y)`` within its ``caps`` (max_rows, max_draws, seed); return
+    the model if kept, and its predictions on ``X_pred``. ``rows`` selects the rows of
+    ``X`` and of ``X_pred`` (all if None). A module-level function, so joblib can ship it
+    to another process."""
+    fit_rows, pred_rows = rows
+    if fit_rows is not None:
+        X, y = X.iloc[fit_rows], y[fit_rows]
+    if X_pred is not None and pred_rows is not None:
+        X_pred = X_pred.iloc[pred_rows]
+    est, X, y = capped(est, X, y, task, *caps)
     model = SklearnExpertModel(est, sub, task, n_classes, user_columns)
     try:
         est.fit(model.inputs_of(X), y)

@@ -14,6 +14,8 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
+from tqdm.auto import tqdm
+
 from training.errors import ParameterError
 
 #: The environment variable that points the training at a Dask scheduler.
@@ -62,16 +64,29 @@ def run_all(
     jobs: Sequence[tuple[Any, ...]],
     n_jobs: int = 1,
     scheduler: str | None = None,
+    progress: str | None = None,
 ) -> list[Any]:
-    """``[fn(*args) for args in jobs]``, in order, run where the settings say."""
+    """``[fn(*args) for args in jobs]``, in order, run where the settings say.
+
+    ``progress`` names a progress bar that counts the finished jobs (none if None).
+    """
     address = scheduler_address(scheduler)
     n_jobs = check_n_jobs(n_jobs)
-    if address is None and n_jobs == 1:
-        return [fn(*args) for args in jobs]
-    from joblib import Parallel, delayed
+    bar = tqdm(total=len(jobs), desc=progress, disable=progress is None, leave=False)
+    with bar:
+        if address is None and n_jobs == 1:
+            return [_counted(bar, fn(*args)) for args in jobs]
+        from joblib import Parallel, delayed
 
-    tasks = [delayed(fn)(*args) for args in jobs]
-    if address is not None:
-        with _dask(address):
-            return list(Parallel(n_jobs=-1 if n_jobs == 1 else n_jobs)(tasks))
-    return list(Parallel(n_jobs=n_jobs, backend="loky")(tasks))
+        tasks = [delayed(fn)(*args) for args in jobs]
+        if address is not None:
+            with _dask(address):
+                run = Parallel(n_jobs=-1 if n_jobs == 1 else n_jobs, return_as="generator")
+                return [_counted(bar, out) for out in run(tasks)]
+        run = Parallel(n_jobs=n_jobs, backend="loky", return_as="generator")
+        return [_counted(bar, out) for out in run(tasks)]
+
+
+def _counted(bar: tqdm, out: Any) -> Any:
+    bar.update()
+    return out

@@ -15,6 +15,7 @@ from sklearn.base import is_classifier, is_regressor
 
 from app.bundle.manifest import check_safe_name
 from training.errors import ParameterError
+from training.experts.caps import check_cap
 
 Kind = Literal["sklearn", "xgboost", "onnx"]
 
@@ -40,6 +41,11 @@ class Expert:
         ONNX files only: the output holding probabilities or the mean.
     output_units : {"original", "standardised"}
         ONNX regressors only: the units of that output.
+    max_rows : int, optional
+        Fit on a stratified sample of at most this many rows (a kNN expert's reference
+        set; see :mod:`training.experts.caps`). All rows if None.
+    max_draws : int, optional
+        Bagging models only: rows each member draws (``max_samples``), at most this many.
     """
 
     name: str
@@ -48,6 +54,8 @@ class Expert:
     preprocess: Literal["auto", "none"] = "auto"
     output: str | None = None
     output_units: Literal["original", "standardised"] = "original"
+    max_rows: int | None = None
+    max_draws: int | None = None
 
     @property
     def kind(self) -> Kind:
@@ -62,7 +70,13 @@ class Expert:
             raise ParameterError("name", self.name, str(exc)) from None
         if self.preprocess not in ("auto", "none"):
             raise ParameterError("preprocess", self.preprocess, "must be 'auto' or 'none'")
+        check_cap("max_rows", self.max_rows, self.name)
+        check_cap("max_draws", self.max_draws, self.name)
         if self.kind == "onnx":
+            if self.max_rows is not None or self.max_draws is not None:
+                raise ParameterError(
+                    "max_rows", self.max_rows or self.max_draws, "does not apply to an ONNX file"
+                )
             path = Path(self.model)
             if path.suffix != ".onnx" or not path.is_file():
                 raise ParameterError("model", str(path), "is not an existing .onnx file")
@@ -106,9 +120,13 @@ class ExpertRegistry:
         preprocess: Literal["auto", "none"] = "auto",
         output: str | None = None,
         output_units: Literal["original", "standardised"] = "original",
+        max_rows: int | None = None,
+        max_draws: int | None = None,
     ) -> Expert:
         feats = None if features is None else tuple(features)
-        return self.add(Expert(name, model, feats, preprocess, output, output_units))
+        return self.add(
+            Expert(name, model, feats, preprocess, output, output_units, max_rows, max_draws)
+        )
 
     def __iter__(self) -> Iterator[Expert]:
         return iter(self._experts.values())
