@@ -31,6 +31,9 @@ class Options:
     include: tuple[str, ...] = PARTS
 
 
+_DEFAULT_OPTIONS = Options()  # the contract's defaults (a test checks they agree)
+
+
 def instance_field(i: int, name: str) -> str:
     return f"instances[{i}].{name}"
 
@@ -40,6 +43,8 @@ def _bad(field: str, code: str, message: str) -> InvalidInput:
 
 
 def options(body: dict[str, Any]) -> Options:
+    if "format" not in body and "include" not in body:
+        return _DEFAULT_OPTIONS  # most requests: nothing to check
     fmt = body.get("format", DEFAULTS["format"])
     if fmt not in FORMATS:
         raise _bad("format", "invalid_value", f"expected one of {', '.join(FORMATS)}, got "
