@@ -92,22 +92,20 @@ class Front:
                     field="header X-Request-ID",
                 )
                 await error_response(fault, scope["path"])(scope, receive, send_with_id)
-            elif not self.cors and (handler := self._plain(scope)) is not None:
+            elif self.cors:
+                await self.inner(scope, receive, send_with_id)
+            elif (refused := self.guard.refusal(scope)) is not None:
+                await refused(scope, receive, send_with_id)
+            elif (handler := self.plane.match(scope)) is not None:
                 # The data plane's answers carry the id themselves: no wrapped send.
                 status = await handler(scope, receive, send, echo)
             else:
-                await self.inner(scope, receive, send_with_id)
+                await self.app(scope, receive, send_with_id)
         finally:
             self._observe(scope, request_id, status, time.perf_counter() - started)
 
-    def _plain(self, scope: Scope) -> Any:
-        """The data-plane handler of a request the guard lets through, else None."""
-        handler = self.plane.match(scope)
-        if handler is None or self.guard.refusal(scope) is not None:
-            return None
-        return handler
-
     async def _guarded(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """What runs behind CORS: the same order as without it."""
         refused = self.guard.refusal(scope)
         if refused is not None:
             await refused(scope, receive, send)
