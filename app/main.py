@@ -15,7 +15,6 @@ from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING
 
 from fastapi import FastAPI
-from starlette.middleware.cors import CORSMiddleware
 
 from app.core.access import KeyRing, Role
 from app.core.drain import install_drain_hook
@@ -24,7 +23,7 @@ from app.core.service import Service
 from app.core.tracing import from_environment as tracing_from_environment
 from app.errors import StartupRefused
 from app.rest.access import AccessGuard
-from app.rest.observe import RequestObserver
+from app.rest.front import Front
 from app.rest.openapi import install as install_openapi
 from app.rest.responses import install_error_handlers
 from app.rest.routes import admin, console, feedback, health, metrics, oip, predict, weights
@@ -117,25 +116,17 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     ring = KeyRing.from_settings(settings)
     if settings.audit_payload == "full" and Role.AUDITOR not in ring.keys:
         log.warning("IABMA_AUDIT_PAYLOAD=full and no auditor or API keys: /weights is open")
-    # Starlette runs the last middleware added first: CORS answers preflights before keys
-    # are asked for, and the observer gives refused requests an id, a log line and metrics.
-    app.add_middleware(AccessGuard, ring=ring, console=console.refusal_page)
-    origins = [o.strip() for o in settings.cors_origins.split(",") if o.strip()]
-    if origins:
-        app.add_middleware(
-            CORSMiddleware,
-            allow_origins=origins,
-            allow_methods=["GET", "POST"],
-            allow_headers=["Authorization", "Content-Type", "Content-Encoding", "X-API-Key",
-                           "X-Request-ID"],
-            expose_headers=["X-Request-ID"],
-        )  # fmt: skip
-    app.add_middleware(RequestObserver, service=service)
-    service.tracing.install(app)  # outermost: the server span covers our middleware too
     routers = [predict, weights, feedback, health, admin, oip, console]
     if settings.metrics_port is None:
         routers.append(metrics)
     for module in routers:
         app.include_router(module.router())
+    # One middleware: request id, CORS when configured (it answers preflights before keys
+    # are asked for), access, the data plane; refused requests get an id, a log line and
+    # metrics too.
+    origins = [o.strip() for o in settings.cors_origins.split(",") if o.strip()]
+    guard = AccessGuard(ring, console=console.refusal_page)
+    app.add_middleware(Front, service=service, guard=guard, routes=app.routes, cors_origins=origins)
+    service.tracing.install(app)  # outermost: the server span covers our middleware too
     build_openapi = install_openapi(app, service)
     return app

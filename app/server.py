@@ -15,6 +15,8 @@ from collections.abc import Sequence
 from app.settings import SettingsError, load_settings
 
 FACTORY = "app.main:create_app"
+# uvicorn's httptools protocol with each response in one write (app/rest/wire.py).
+HTTP_PROTOCOL = "app.rest.wire:HttpProtocol"
 
 
 def serve(
@@ -50,6 +52,7 @@ def serve(
     uvicorn.run(
         FACTORY,
         factory=True,
+        http=HTTP_PROTOCOL,
         host=host,
         port=port,
         workers=workers,

@@ -31,6 +31,9 @@ class Options:
     include: tuple[str, ...] = PARTS
 
 
+_DEFAULT_OPTIONS = Options()  # the contract's defaults (a test checks they agree)
+
+
 def instance_field(i: int, name: str) -> str:
     return f"instances[{i}].{name}"
 
@@ -40,6 +43,8 @@ def _bad(field: str, code: str, message: str) -> InvalidInput:
 
 
 def options(body: dict[str, Any]) -> Options:
+    if "format" not in body and "include" not in body:
+        return _DEFAULT_OPTIONS  # most requests: nothing to check
     fmt = body.get("format", DEFAULTS["format"])
     if fmt not in FORMATS:
         raise _bad("format", "invalid_value", f"expected one of {', '.join(FORMATS)}, got "
@@ -100,8 +105,20 @@ def decode(body: Any, model: LoadedModel, max_rows: int) -> tuple[InferenceReque
 
 
 def _header(model: LoadedModel, request_id: str) -> bytes:
-    head = {"model": model.name, "version": model.version, "request_id": request_id}
-    return orjson.dumps({**head, "task": model.task})[:-1]
+    """``{"model":..,"version":..,"request_id":..,"task":..`` (open). The text around the
+    id is made once per bundle; an id is letters, digits and ``._:/+=-``
+    (app.contract.request.REQUEST_ID), which JSON writes as they are."""
+    around = model.cache.get(_HEADER)
+    if around is None:
+        head = {"model": model.name, "version": model.version, "request_id": _ID}
+        text = orjson.dumps({**head, "task": model.task})[:-1]
+        around = model.cache[_HEADER] = tuple(text.split(_ID_TOKEN))
+    return around[0] + request_id.encode() + around[1]
+
+
+_HEADER = "native_header"
+_ID = "\u0000"  # a placeholder: no request id, model name or version holds a NUL
+_ID_TOKEN = orjson.dumps(_ID)[1:-1]
 
 
 def encode(result: InferenceResult, opts: Options, request_id: str) -> bytes:

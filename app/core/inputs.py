@@ -180,7 +180,9 @@ class FeatureTable:
             if numbers:
                 # Every numeric column at once: a few numpy calls per batch, not per column.
                 arr = np.array(numbers, dtype=np.float64)  # None -> NaN, a missing value
-                if np.isinf(arr).any() or (np.abs(arr) > FLOAT32_MAX).any():
+                # One test for both: an infinity's magnitude exceeds float32's too (NaN,
+                # a missing value, compares False and passes).
+                if (np.abs(arr) > FLOAT32_MAX).any():
                     return None
                 arr32 = arr.astype(np.float32)
                 for j, name in enumerate(self.numeric_names):

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import logging
 import sys
+import time
 from datetime import UTC, datetime
 from typing import Any
 
@@ -75,12 +76,24 @@ class AccessLog:
     def __init__(self, settings: Settings) -> None:
         self.enabled = logging.getLevelName(settings.log_level) <= logging.INFO
         self.json = settings.log_format == "json"
+        self._second = -1
+        self._stamp = ""
+
+    def now(self) -> str:
+        """``datetime.now(UTC).isoformat(timespec="milliseconds")``, with the text up to
+        the second made once a second: the datetime alone was half of this class's cost."""
+        t = time.time()
+        second = int(t)
+        if second != self._second:
+            self._stamp = datetime.fromtimestamp(second, UTC).strftime("%Y-%m-%dT%H:%M:%S")
+            self._second = second
+        return f"{self._stamp}.{int((t - second) * 1000):03d}+00:00"
 
     def write(self, method: str, path: str, status: int, fields: dict[str, Any]) -> None:
         if not self.enabled:
             return
         message = f"{method} {path} {status}"
-        now = datetime.now(UTC).isoformat(timespec="milliseconds")
+        now = self.now()
         if self.json:
             line = {"ts": now, "level": "info", "logger": "iabma.request", "message": message}
             text = orjson.dumps({**line, **fields}, default=str).decode("utf-8")

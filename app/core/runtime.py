@@ -54,6 +54,11 @@ class LoadedModel:
     def task(self) -> str:
         return self.manifest.task
 
+    @cached_property
+    def labels(self) -> tuple[str, str]:
+        """(name, version): the model labels of every metric, built once per load."""
+        return (self.manifest.name, self.manifest.version)
+
     @classmethod
     def open(cls, settings: Settings) -> LoadedModel:
         """Resolve, verify and open the configured bundle; raises ``BundleError``."""

@@ -110,7 +110,7 @@ class Service:
     # -- lifecycle ---------------------------------------------------------------------------
     def labels(self) -> tuple[str, str]:
         model = self.runtime.current
-        return (model.name, model.version) if model else (self.settings.model_name, "")
+        return model.labels if model else (self.settings.model_name, "")
 
     async def start(self) -> None:
         model = await self.runtime.load()
@@ -318,10 +318,8 @@ class Service:
     def count(self, result: InferenceResult, request: InferenceRequest) -> None:
         """Count a durable prediction in the metrics."""
         model, pred = result.model, result.prediction
-        labels = (model.name, model.version)
-        self.metrics.observe_graphs(labels, {"ensemble": pred.seconds})
-        self.metrics.observe_weights(labels, model.experts, pred.weights)
-        self.metrics.rows.inc((*labels, request.route), pred.n)
+        labels, experts = model.labels, model.experts
+        self.metrics.predicted(labels, request.route, experts, pred.weights, pred.seconds)
 
     # -- admin -------------------------------------------------------------------------------
     def check_admin(self, authorization: str | None) -> None:

@@ -40,6 +40,7 @@ FLUSH_SECONDS = 1.0
 # The mixture's label among the experts' in iabma_realised_nll: no expert name starts with _.
 MIXTURE = "_mixture"
 _FEW_ROWS = 8
+_MAX_PENDING = 4096  # predictions held for the next flush; more are counted at once
 # The GC's counts are the process's, whichever app (tests build several) flushes them.
 _GC_LOCK = threading.Lock()
 _GC_SEEN = [[0, 0, 0] for _ in range(3)]
@@ -55,7 +56,7 @@ class ServiceMetrics:
         self.directory = multiprocess_dir()
         f = families()
         self.requests = CounterBuffer(f.requests)
-        self.request_seconds = HistogramBuffer(f.request_seconds, LATENCY_BUCKETS)
+        self.request_seconds = HistogramBuffer(f.request_seconds, LATENCY_BUCKETS, self.requests)
         self.rows = CounterBuffer(f.rows)
         self.graph_seconds = HistogramBuffer(f.graph_seconds, GRAPH_BUCKETS)
         self.batch_requests = HistogramBuffer(f.batch_requests, BATCH_BUCKETS)
@@ -71,6 +72,7 @@ class ServiceMetrics:
         self.feedback = CounterBuffer(f.feedback)
         self.realised_nll = SummaryBuffer(f.realised_nll)
         self.window = WeightWindow(drift_window_seconds)
+        self._predicted: list[tuple[Labels, str, Sequence[str], np.ndarray, float]] = []
         self.window_rows = GaugeBuffer(f.drift_window)
         self._buffers = (
             self.requests, self.request_seconds, self.rows, self.graph_seconds,
@@ -87,6 +89,37 @@ class ServiceMetrics:
         PlatformCollector(registry=self.registry)
 
     # -- what the service records ------------------------------------------------------------
+    def request_done(self, labels: Labels, seconds: float) -> None:
+        """An answered request (model, version, route, method, status): its duration, and
+        through the same slot its count in ``iabma_http_requests_total``."""
+        self.request_seconds.observe(labels, seconds)
+
+    def predicted(
+        self,
+        model: Labels,
+        route: str,
+        experts: Sequence[str],
+        weights: np.ndarray,
+        seconds: float,
+    ) -> None:
+        """A durable prediction: its rows, graph time and weights. Kept as it is until the
+        next flush, which counts all of them at once: the weights of many single-row
+        requests go through numpy once instead of a bisect per row and expert each."""
+        self._predicted.append((model, route, experts, weights, seconds))
+        if len(self._predicted) >= _MAX_PENDING:
+            self._count_predictions()
+
+    def _count_predictions(self) -> None:
+        pending, self._predicted = self._predicted, []
+        by_model: dict[tuple[Labels, Sequence[str]], list[np.ndarray]] = {}
+        for model, route, experts, weights, seconds in pending:
+            self.graph_seconds.observe((*model, "ensemble"), seconds)
+            self.rows.inc((*model, route), weights.shape[0])
+            by_model.setdefault((model, experts), []).append(weights)
+        for (model, experts), parts in by_model.items():
+            weights = parts[0] if len(parts) == 1 else np.concatenate(parts)
+            self.observe_weights(model, experts, weights)
+
     def observe_graphs(self, model: Labels, timings: dict[str, float]) -> None:
         for graph, seconds in timings.items():
             self.graph_seconds.observe((*model, graph), seconds)
@@ -133,6 +166,7 @@ class ServiceMetrics:
     # -- sharing and exposing ----------------------------------------------------------------
     def flush(self) -> None:
         """Move this process's buffered updates into the shared files (event loop thread)."""
+        self._count_predictions()
         self.window.share(self.window_rows)
         for buffer in self._buffers:
             buffer.flush()

@@ -77,10 +77,15 @@ class SummaryBuffer(_Buffer):
 
 
 class HistogramBuffer(_Buffer):
-    """Per label set: counts per bucket (not cumulative) and the sum, added at flush."""
+    """Per label set: counts per bucket (not cumulative) and the sum, added at flush;
+    ``counted``: a counter with the same labels that counts every observation too, kept in
+    the same slot rather than a second dict of its own."""
 
-    def __init__(self, family: Any, buckets: Sequence[float]) -> None:
+    def __init__(
+        self, family: Any, buckets: Sequence[float], counted: CounterBuffer | None = None
+    ) -> None:
         super().__init__(family)
+        self.counted = counted
         self.bounds = (*buckets, float("inf"))
         self._edges = np.asarray(buckets, dtype=np.float64)
         self.pending: dict[Labels, list[Any]] = {}
@@ -115,3 +120,5 @@ class HistogramBuffer(_Buffer):
                 if c:
                     child._buckets[i].inc(c)
             child._sum.inc(total)
+            if self.counted is not None:
+                self.counted.child(labels).inc(sum(counts))

@@ -1,7 +1,7 @@
 """The access guard: refuses a request whose key does not open its route's role.
 
-Pure ASGI middleware, so a refused request is answered before any body is read. The
-roles and keys it checks are :mod:`app.core.access`.
+The front middleware (:mod:`app.rest.front`) asks it first, so a refused request is
+answered before any body is read. The roles and keys it checks are :mod:`app.core.access`.
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from urllib.parse import urlsplit
 
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Scope
 
 from app.core.access import CONSOLE, KeyRing, presented_key, role_of
 from app.errors import Forbidden, Unauthorized
@@ -20,21 +20,20 @@ RefusalPage = Callable[[Exception], ASGIApp]
 
 
 class AccessGuard:
-    """Pure ASGI middleware: refuses a request before any body is read."""
+    """Decides, from the scope alone, whether a request is refused, before any body is read."""
 
-    def __init__(self, app: ASGIApp, ring: KeyRing, console: RefusalPage | None = None) -> None:
-        self.app = app
+    def __init__(self, ring: KeyRing, console: RefusalPage | None = None) -> None:
         self.ring = ring
         self.console = console
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and scope["method"] == "POST" and _cross_site_form(scope):
+    def refusal(self, scope: Scope) -> ASGIApp | None:
+        """The answer to a refused request, or None to serve it."""
+        if scope["method"] == "POST" and _cross_site_form(scope):
             exc = Forbidden(
                 "a form posted to the console from another site is refused", "header Origin"
             )
-            await error_response(exc, scope["path"])(scope, receive, send)
-            return
-        if scope["type"] == "http" and scope["method"] != "OPTIONS":
+            return error_response(exc, scope["path"])
+        if scope["method"] != "OPTIONS":
             role = role_of(scope["path"])
             if role is not None and role in self.ring.keys:
                 path = scope["path"]
@@ -42,11 +41,9 @@ class AccessGuard:
                     self.ring.check(role, presented_key(scope["headers"], path))
                 except (Unauthorized, Forbidden) as exc:
                     if self.console is not None and _wants_html(scope, path):
-                        await self.console(exc)(scope, receive, send)
-                    else:
-                        await error_response(exc, path)(scope, receive, send)
-                    return
-        await self.app(scope, receive, send)
+                        return self.console(exc)
+                    return error_response(exc, path)
+        return None
 
 
 def _wants_html(scope: Scope, path: str) -> bool:

@@ -8,10 +8,13 @@ import json
 import re
 import sys
 import zlib
+from collections.abc import AsyncIterator, Iterable
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
+from starlette.types import Receive
 
 from app.core.inputs import NonFinite
 from app.errors import (
@@ -42,12 +45,38 @@ def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return out
 
 
+@dataclass(frozen=True, slots=True)
+class BodyHeaders:
+    """The request headers that say how to read its body, taken in one pass."""
+
+    content_type: str | None = None
+    content_length: str | None = None
+    content_encoding: str | None = None
+    binary_length: str | None = None  # the OIP's Inference-Header-Content-Length
+
+    @classmethod
+    def of(cls, raw: Iterable[tuple[bytes, bytes]]) -> BodyHeaders:
+        """From ASGI's raw header list; the first of repeated headers counts, as in Starlette."""
+        found: dict[bytes, str] = {}
+        for key, value in raw:
+            if key in _BODY_HEADERS and key not in found:
+                found[key] = value.decode("latin-1")
+        return cls(*(found.get(k) for k in _BODY_HEADERS))
+
+
+_BODY_HEADERS = (
+    b"content-type",
+    b"content-length",
+    b"content-encoding",
+    b"inference-header-content-length",
+)
+
+
 def check_content_type(
-    request: Request, missing_ok: bool = False, also: frozenset[str] = frozenset()
+    raw: str | None, missing_ok: bool = False, also: frozenset[str] = frozenset()
 ) -> None:
     """``application/json`` (or ``+json``); ``missing_ok``: no header reads as JSON too, as
     Open Inference Protocol clients send it; ``also``: further media types accepted."""
-    raw = request.headers.get("content-type")
     media = (raw or "").split(";", 1)[0].strip().lower()
     if media == "application/json" or (
         media.startswith("application/") and media.endswith("+json")
@@ -59,23 +88,38 @@ def check_content_type(
     raise UnsupportedMediaType(f"expected application/json, got {got}", field="header Content-Type")
 
 
-async def read_body(request: Request, max_bytes: int) -> bytes:
-    declared = request.headers.get("content-length")
+async def chunks_of(receive: Receive) -> AsyncIterator[bytes]:
+    """The body's chunks from ASGI ``receive``, as Starlette's ``Request.stream`` gives
+    them: a client that hangs up meanwhile raises ``ClientDisconnect``."""
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise ClientDisconnect()
+        body = message.get("body", b"")
+        if body:
+            yield body
+        if not message.get("more_body", False):
+            return
+
+
+async def read_body(chunks: AsyncIterator[bytes], head: BodyHeaders, max_bytes: int) -> bytes:
+    declared = head.content_length
     if declared is not None and declared.isdigit() and int(declared) > max_bytes:
         raise PayloadTooLarge(
             f"{int(declared)} bytes exceed the limit of {max_bytes} (IABMA_MAX_BODY_BYTES)",
             field="body",
         )
-    chunks: list[bytes] = []
+    parts: list[bytes] = []
     size = 0
-    async for chunk in request.stream():
+    async for chunk in chunks:
         size += len(chunk)
         if size > max_bytes:
             raise PayloadTooLarge(
                 f"more than {max_bytes} bytes (IABMA_MAX_BODY_BYTES)", field="body"
             )
-        chunks.append(chunk)
-    return decode(b"".join(chunks), request.headers.get("content-encoding"), max_bytes)
+        parts.append(chunk)
+    raw = parts[0] if len(parts) == 1 else b"".join(parts)
+    return decode(raw, head.content_encoding, max_bytes)
 
 
 def decode(raw: bytes, encoding: str | None, max_bytes: int) -> bytes:
@@ -210,5 +254,6 @@ def _check_surrogates(value: Any) -> None:
 
 
 async def json_body(request: Request, max_bytes: int) -> Any:
-    check_content_type(request)
-    return parse_json(await read_body(request, max_bytes))
+    head = BodyHeaders.of(request.scope["headers"])
+    check_content_type(head.content_type)
+    return parse_json(await read_body(request.stream(), head, max_bytes))

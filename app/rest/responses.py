@@ -60,6 +60,16 @@ def error_response(exc: BaseException, path: str, status: int | None = None) -> 
     return json_response(native_body(err), status, headers)
 
 
+def refusal(exc: Exception, path: str) -> Response:
+    """The answer to a request that failed with ``exc``; a client that hung up while its
+    body was being read is a 499 (ClientClosedRequest), the rest as :func:`error_response`."""
+    if isinstance(exc, ClientDisconnect):
+        exc = ClientClosedRequest(
+            "the client closed the connection before sending the whole body", field="body"
+        )
+    return error_response(exc, path)
+
+
 def install_error_handlers(app: FastAPI) -> None:
     async def serving_error(request: Request, exc: Exception) -> Response:
         return error_response(exc, request.url.path)
@@ -85,10 +95,7 @@ def install_error_handlers(app: FastAPI) -> None:
         )
 
     async def client_gone(request: Request, exc: Exception) -> Response:
-        gone = ClientClosedRequest(
-            "the client closed the connection before sending the whole body", field="body"
-        )
-        return error_response(gone, request.url.path)
+        return refusal(exc, request.url.path)
 
     async def unexpected(request: Request, exc: Exception) -> Response:
         log.error("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)

@@ -28,11 +28,12 @@ class OursSettings:
 
 def ours_command(s: OursSettings, port: int) -> tuple[list[str], dict[str, str]]:
     """argv and environment that serve bundle ``s.bundle`` on 127.0.0.1:``port``."""
-    bin_dir = Path(sys.executable).parent
+    # The image's command, so the bench runs uvicorn as the server does (its protocol
+    # class, app/rest/wire.py); from a baseline checkout, that checkout's own.
     argv = [
-        str(bin_dir / "uvicorn"),
-        "app.main:create_app",
-        "--factory",
+        sys.executable,
+        "-m",
+        "app.server",
         "--host",
         "127.0.0.1",
         "--port",

@@ -29,6 +29,7 @@ from starlette.testclient import TestClient
 
 from app.core.service import Service
 from app.main import create_app
+from app.server import HTTP_PROTOCOL
 from app.settings import Settings
 from tests.support.services import free_port, wait_until_ok
 
@@ -98,7 +99,9 @@ class UvicornHarness:
         self._sock = free_socket()
         port = self._sock.getsockname()[1]
         self.base_url = f"http://127.0.0.1:{port}"
-        config = uvicorn.Config(self.app, log_config=None, access_log=False, lifespan="on")
+        config = uvicorn.Config(
+            self.app, http=HTTP_PROTOCOL, log_config=None, access_log=False, lifespan="on"
+        )
         self.server = uvicorn.Server(config)
         self._thread = threading.Thread(
             target=self.server.run, kwargs={"sockets": [self._sock]}, daemon=True

@@ -15,16 +15,15 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
-from app.codecs import oip, oip_answer, oip_binary
+from app.codecs import oip
 from app.core.runtime import LoadedModel
 from app.core.service import Service
-from app.rest.body import check_content_type, parse_json, read_body
+from app.rest.body import BodyHeaders
+from app.rest.dataplane import infer_answer, infer_headers
 from app.rest.responses import json_response
 from app.rest.routes import router_of
 from app.rest.routes.deps import ServiceDep, context_of, service_of
 from app.rest.routes.health import audit_unready
-
-OCTET_STREAM = frozenset({"application/octet-stream"})
 
 
 def served(service: Service, name: str) -> LoadedModel:
@@ -57,27 +56,14 @@ async def model_ready(name: str, service: ServiceDep) -> Response:
 
 
 async def infer(name: str, request: Request) -> Response:
-    # Not dependencies: see app/rest/routes/deps.py for what they cost on this route.
+    # Reached only past the front middleware, which answers this route itself
+    # (app/rest/dataplane.py); kept for the OpenAPI document and any other mount.
+    head = BodyHeaders.of(request.scope["headers"])
     service, ctx = service_of(request), context_of(request)
-    model = served(service, name)
-    declared = request.headers.get(oip_binary.HEADER)
-    with service.tracing.span("decode"):
-        check_content_type(request, True, OCTET_STREAM if declared is not None else frozenset())
-        raw = await read_body(request, service.settings.max_body_bytes)
-        header, binary = oip_binary.split(raw, declared)
-        body = parse_json(header)
-        oip_binary.attach(body, binary)
-        inference, requested = oip.decode(body, model, service.settings.max_batch_rows)
-    content, json_length = await service.infer(
-        model, inference, ctx, lambda result: oip_answer.encode(result, requested, ctx.request_id)
-    )
-    if json_length == len(content):
-        return json_response(content)
-    return Response(
-        content,
-        media_type="application/octet-stream",
-        headers={"Inference-Header-Content-Length": str(json_length)},
-    )
+    content, json_length = await infer_answer(service, ctx, name, head, request.stream())
+    response = Response(content)
+    response.raw_headers += infer_headers(content, json_length)
+    return response
 
 
 def router() -> APIRouter:

@@ -5,8 +5,8 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
-from app.codecs import native
-from app.rest.body import json_body
+from app.rest.body import BodyHeaders
+from app.rest.dataplane import predict_answer
 from app.rest.responses import json_response
 from app.rest.routes import router_of
 from app.rest.routes.deps import context_of, service_of
@@ -29,16 +29,11 @@ or a content type other than `application/json` (415).
 
 
 async def predict(request: Request) -> Response:
-    # Not dependencies: see app/rest/routes/deps.py for what they cost on this route.
+    # Reached only past the front middleware, which answers this route itself
+    # (app/rest/dataplane.py); kept for the OpenAPI document and any other mount.
+    head = BodyHeaders.of(request.scope["headers"])
     service, ctx = service_of(request), context_of(request)
-    model = service.runtime.require()
-    with service.tracing.span("decode"):
-        body = await json_body(request, service.settings.max_body_bytes)
-        inference, opts = native.decode(body, model, service.settings.max_batch_rows)
-    content = await service.infer(
-        model, inference, ctx, lambda result: native.encode(result, opts, ctx.request_id)
-    )
-    return json_response(content)
+    return json_response(await predict_answer(service, ctx, head, request.stream()))
 
 
 def router() -> APIRouter:
