@@ -119,3 +119,29 @@ def spread(rng: np.random.Generator, n: int, hours: float, model: str = "demo") 
             )
         )
     return out
+
+
+# What the trail keeps of a served answer: probabilities, weights and entropies as float32,
+# so a re-read matches what was served to this.
+KEPT_TOL = 1e-6
+
+
+def assert_kept(got: Any, want: Any, path: str = "answer") -> None:
+    """``got`` (read back from the trail) equals ``want`` (as served): every number to
+    :data:`KEPT_TOL`, everything else exactly, through dataclasses, mappings and lists."""
+    if dataclasses.is_dataclass(want) and not isinstance(want, type):
+        assert type(got) is type(want), path
+        for f in dataclasses.fields(want):
+            assert_kept(getattr(got, f.name), getattr(want, f.name), f"{path}.{f.name}")
+    elif isinstance(want, dict):
+        assert list(got) == list(want), path
+        for k, v in want.items():
+            assert_kept(got[k], v, f"{path}[{k!r}]")
+    elif isinstance(want, list | tuple):
+        assert len(got) == len(want), path
+        for k, (a, b) in enumerate(zip(got, want, strict=True)):
+            assert_kept(a, b, f"{path}[{k}]")
+    elif isinstance(want, float) and not isinstance(got, bool):
+        assert abs(got - want) <= KEPT_TOL, f"{path}: {got!r} != {want!r}"
+    else:
+        assert got == want, path

@@ -23,6 +23,7 @@ from app.client import (
 )
 from tests.support.bundles import Bundles
 from tests.support.harness import free_socket
+from tests.support.trail import assert_kept
 from tests.support.upstream import FlakyProxy
 
 if TYPE_CHECKING:
@@ -41,8 +42,9 @@ def test_503_twice_then_an_answer_recorded_once(serve: Serve) -> None:
     with Client(app) as direct:
         page = direct.weights(limit=10)
         assert [r.request_id for r in page.records] == [result.request_id]
-        assert direct.weights(request_id=result.request_id).predictions[0].weights == (
-            result.predictions[0].weights
+        assert_kept(
+            direct.weights(request_id=result.request_id).predictions[0].weights,
+            result.predictions[0].weights,
         )
 
 

@@ -22,6 +22,7 @@ from app.client import (
     RegressionPrediction,
 )
 from tests.support.bundles import Bundles
+from tests.support.trail import assert_kept
 
 if TYPE_CHECKING:
     from conftest import Serve  # the fixture's type; pytest provides the value
@@ -98,9 +99,10 @@ def test_weights_record_gate_and_page(demo_url: str, bundles: Bundles) -> None:
     )  # fmt: skip
     assert record.input.mode == "hash" and record.input.digest
     for got, want in zip(record.predictions, sent.predictions, strict=True):
-        assert (got.prediction, got.weights, got.experts, got.uncertainty) == (
-            want.prediction, want.weights, want.experts, want.uncertainty,
-        )  # fmt: skip
+        assert_kept(
+            (got.prediction, got.weights, got.experts, got.uncertainty),
+            (want.prediction, want.weights, want.experts, want.uncertainty),
+        )
     np.testing.assert_allclose(
         list(gate.weights.values()), list(sent.predictions[0].weights.values()), atol=TOL, rtol=0
     )
