@@ -170,6 +170,11 @@ def convert_sklearn_model(
         )
     # skl2onnx keeps the order of initial_types but may rewrite names it dislikes.
     onx = rename_inputs(onx, dict(zip(declared, inputs, strict=True)))
+    # skl2onnx lists the opsets in a set's order, which follows the process's string hash
+    # seed: sorted, the same fit gives the same bytes in any process (a Dask worker's too).
+    opsets = sorted(onx.opset_import, key=lambda o: o.domain)
+    del onx.opset_import[:]
+    onx.opset_import.extend(opsets)
     outputs = [o.name for o in onx.graph.output]
     output = outputs[-1] if task == "classification" else outputs[0]
     return OnnxGraph(onx.SerializeToString(), output)

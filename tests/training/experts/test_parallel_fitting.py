@@ -93,3 +93,37 @@ def test_an_unreachable_scheduler_is_named() -> None:
     with pytest.raises(ParameterError) as err:
         run_all(abs, [(1,)], scheduler="tcp://127.0.0.1:1")
     assert err.value.parameter == "scheduler"
+
+
+_CONVERT = """
+import hashlib, sys
+import numpy as np, pandas as pd
+from sklearn.compose import make_column_transformer
+from sklearn.neighbors import KNeighborsClassifier
+from sklearn.pipeline import make_pipeline
+from sklearn.preprocessing import StandardScaler
+from training.experts.onnx import convert_sklearn_model
+X = pd.DataFrame(np.random.default_rng(0).normal(size=(40, 2)), columns=["a", "b"])
+scale = make_column_transformer((StandardScaler(), ["a"]), (StandardScaler(), ["b"]))
+m = make_pipeline(scale, KNeighborsClassifier(3))
+m.fit(X, X["a"] > 0)
+g = convert_sklearn_model(m, ["a", "b"], ["a", "b"], ["float", "float"], "classification", "m")
+sys.stdout.write(hashlib.sha256(g.data).hexdigest())
+"""
+
+
+def test_a_conversion_gives_the_same_bytes_under_any_hash_seed() -> None:
+    """Each process (a Dask worker, the CLI) has its own string hash seed; skl2onnx's
+    opset list followed it, so the same model gave other bytes in another process."""
+    import os
+    import subprocess
+    import sys
+
+    digests = set()
+    for seed in map(str, range(8)):
+        env = {**os.environ, "PYTHONHASHSEED": seed}
+        out = subprocess.run(
+            [sys.executable, "-c", _CONVERT], env=env, capture_output=True, text=True, check=True
+        )
+        digests.add(out.stdout)
+    assert len(digests) == 1
