@@ -17,6 +17,7 @@ import orjson
 from sqlalchemy import Engine, select
 
 from app.audit.codec import unpack_request_id
+from app.audit.outcomes import window
 from app.audit.records import _hmac, canonical_json
 from app.audit.tables import outcomes, records
 from app.audit.versions import ReaderVersions
@@ -58,13 +59,7 @@ def labelled_rows(
     """The outcomes of ``model`` whose prediction was served in ``[since_us, until_us)``
     (by ``version``), oldest first, and the input of each record they belong to, by id."""
     o = outcomes.c
-    conditions = [o.model == model]
-    if since_us is not None:
-        conditions.append(o.record_us >= since_us)
-    if until_us is not None:
-        conditions.append(o.record_us < until_us)
-    if version is not None:
-        conditions.append(o.version == version)
+    conditions = window(model, since_us, until_us, version)
     query = (
         select(o.record_id, o.request_id, o.row_index, o.record_us, o.version, o.experts, o.outcome)
         .where(*conditions)

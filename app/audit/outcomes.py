@@ -214,6 +214,22 @@ def _classify(conn: Connection, model: str, batch: Sequence[NewOutcome]) -> Stor
     return result
 
 
+def window(
+    model: str, since_us: int | None, until_us: int | None, version: str | None
+) -> list[Any]:
+    """The conditions on ``outcomes`` for ``model``'s predictions served in
+    ``[since_us, until_us)``, by ``version`` if given."""
+    c = outcomes.c
+    conditions = [c.model == model]
+    if since_us is not None:
+        conditions.append(c.record_us >= since_us)
+    if until_us is not None:
+        conditions.append(c.record_us < until_us)
+    if version is not None:
+        conditions.append(c.version == version)
+    return conditions
+
+
 def scored(
     engine: Engine,
     model: str,
@@ -224,13 +240,7 @@ def scored(
     """``(record_us, experts, weights, scores)`` of every outcome of ``model`` whose
     prediction was served in ``[since_us, until_us)`` (by ``version``), oldest first."""
     c = outcomes.c
-    conditions = [c.model == model]
-    if since_us is not None:
-        conditions.append(c.record_us >= since_us)
-    if until_us is not None:
-        conditions.append(c.record_us < until_us)
-    if version is not None:
-        conditions.append(c.version == version)
+    conditions = window(model, since_us, until_us, version)
     query = select(c.record_us, c.experts, c.weights, c.scores).where(*conditions)
     with engine.connect() as conn:
         rows = conn.execute(query.order_by(c.record_us)).cursor.fetchall()
