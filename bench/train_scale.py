@@ -32,7 +32,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import urllib.request
 from collections.abc import Iterator, Sequence
@@ -48,10 +47,10 @@ import psutil
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from bench.peers.ours import READY_PATH, OursSettings, ours_command  # noqa: E402
+from bench.peers.procs import free_port, server  # noqa: E402
+from bench.speed.peak_rss import GB, PeakRss  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results"
-PORTS = range(18300, 18400)
-GB = 1024**3
 #: The issue's targets: (rows, every process's peak RSS in GB, training wall in s).
 TARGETS = {1_000_000: (6.0, 900.0), 100_000: (3.0, None)}
 
@@ -82,51 +81,6 @@ def scale_frame(n: int, seed: int = 0) -> pd.DataFrame:
     for name in ("num6", "num7", "cat3"):  # about 3% missing
         frame.loc[rng.random(n) < 0.03, name] = None
     return frame
-
-
-class PeakRss:
-    """Samples the peak RSS of a process and all its descendants, per process, in a thread."""
-
-    def __init__(self, root: int, interval: float = 0.2) -> None:
-        self.root = root
-        self.interval = interval
-        self.peaks: dict[int, tuple[str, int]] = {}
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def __enter__(self) -> PeakRss:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            try:
-                root = psutil.Process(self.root)
-                procs = [root, *root.children(recursive=True)]
-            except psutil.NoSuchProcess:
-                procs = []
-            for p in procs:
-                try:
-                    rss = p.memory_info().rss
-                    name = " ".join(p.cmdline()[1:3])[-60:] or p.name()
-                except (psutil.NoSuchProcess, psutil.AccessDenied):
-                    continue
-                if rss > self.peaks.get(p.pid, ("", 0))[1]:
-                    self.peaks[p.pid] = (name, rss)
-            self._stop.wait(self.interval)
-
-    def summary(self, exclude: int | None = None) -> dict[str, Any]:
-        procs = [
-            {"pid": pid, "cmd": name, "peak_gb": round(rss / GB, 3)}
-            for pid, (name, rss) in self.peaks.items()
-            if pid != exclude
-        ]
-        procs.sort(key=lambda p: -p["peak_gb"])
-        return {"max_gb": procs[0]["peak_gb"] if procs else 0.0, "processes": procs}
 
 
 def train(csv: Path, store: Path, name: str, scheduler: str | None) -> dict[str, Any]:
@@ -182,11 +136,6 @@ def train(csv: Path, store: Path, name: str, scheduler: str | None) -> dict[str,
     }
 
 
-def _free_port() -> int:
-    used = {c.laddr.port for c in psutil.net_connections("tcp") if c.laddr}
-    return next(p for p in PORTS if p not in used)
-
-
 def _post(url: str, body: bytes) -> float:
     req = urllib.request.Request(url, body, {"Content-Type": "application/json"})
     t0 = time.perf_counter()
@@ -197,28 +146,12 @@ def _post(url: str, body: bytes) -> float:
 
 @contextmanager
 def serving(store: Path, name: str, workdir: Path) -> Iterator[tuple[str, int]]:
-    port = _free_port()
+    port = free_port()
     audit = f"sqlite:///{workdir / f'audit-{name}.db'}"
     argv, env = ours_command(OursSettings(store, name, 1, "off", audit), port)
-    log = (workdir / f"serve-{name}.log").open("w")
-    proc = subprocess.Popen(argv, env=env, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                with urllib.request.urlopen(base + READY_PATH, timeout=2) as r:
-                    if r.status == 200:
-                        break
-            except OSError:
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    raise SystemExit(f"server for {name} did not start") from None
-                time.sleep(0.2)  # polling for readiness, not a fixed wait
-        yield base, proc.pid
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
-        log.close()
+    log = workdir / f"serve-{name}.log"
+    with server(argv, env, ROOT, log, port, READY_PATH) as (proc, _):
+        yield f"http://127.0.0.1:{port}", proc.pid
 
 
 def serve_costs(store: Path, name: str, frame: pd.DataFrame, workdir: Path) -> dict[str, Any]:
