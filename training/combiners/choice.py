@@ -16,8 +16,8 @@ import numpy as np
 from app.bundle.mixture import log_sum_exp
 from training.combiners.fallback import fit_temperature
 from training.evidence import Evidence
+from training.nn.adam import log_softmax
 from training.nn.net import softmax_f32
-from training.nn.trainer import log_softmax
 
 if TYPE_CHECKING:
     from training.combiners.selection import SelectionConfig

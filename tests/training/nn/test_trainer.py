@@ -7,17 +7,9 @@ import numpy as np
 import pytest
 import torch
 
+from training.nn.adam import FlatAdam, backward, forward, log_softmax
 from training.nn.net import PosteriorNet
-from training.nn.trainer import (
-    Member,
-    _backward,
-    _FlatAdam,
-    _forward,
-    _Objectives,
-    log_softmax,
-    member_objective,
-    train_members,
-)
+from training.nn.trainer import Member, _Objectives, member_objective, train_members
 
 
 @pytest.fixture()
@@ -90,17 +82,17 @@ def test_closed_form_backward_equals_autograd(batch) -> None:
     loss.backward()
     want = torch.cat([p.grad.reshape(-1) for p in [*net.weights, *net.biases]]).numpy()
 
-    opt = _FlatAdam(net, 1e-3)
-    logits, hidden = _forward(opt, batch["z"].numpy())
+    opt = FlatAdam(net, 1e-3)
+    logits, hidden = forward(opt, batch["z"].numpy())
     g = obj.gradient(log_softmax(logits), batch["L"].numpy(), obj.log_prior)
-    _backward(opt, g * (-1.0 / len(batch["L"])), hidden)
+    backward(opt, g * (-1.0 / len(batch["L"])), hidden)
     np.testing.assert_allclose(opt.grad, want, atol=1e-6, rtol=1e-5)
 
 
 def test_flat_adam_matches_torch_optim(batch) -> None:
     net = PosteriorNet(6, 4, members=2, generator=torch.Generator().manual_seed(1))
     ref = PosteriorNet(6, 4, members=2, generator=torch.Generator().manual_seed(1))
-    opt = _FlatAdam(net, 1e-2)
+    opt = FlatAdam(net, 1e-2)
     torch_opt = torch.optim.Adam(ref.parameters(), lr=1e-2)
     g = torch.Generator().manual_seed(5)
     for _ in range(20):
@@ -117,10 +109,10 @@ def test_flat_adam_matches_torch_optim(batch) -> None:
 def test_the_forward_pass_is_the_torch_module(batch) -> None:
     """The numpy forward pass computes what :class:`PosteriorNet` does, member by member."""
     net = PosteriorNet(6, 4, members=3, generator=torch.Generator().manual_seed(2))
-    opt = _FlatAdam(net, 1e-3)
+    opt = FlatAdam(net, 1e-3)
     with torch.no_grad():
         want = net(batch["z"]).numpy()
-    np.testing.assert_allclose(_forward(opt, batch["z"].numpy())[0], want, atol=1e-6)
+    np.testing.assert_allclose(forward(opt, batch["z"].numpy())[0], want, atol=1e-6)
 
 
 def _data(n: int = 300, d: int = 3, m: int = 3, seed: int = 0):
