@@ -13,6 +13,8 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
+import queue
+import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -61,8 +63,11 @@ class Written:
 FETCH = 50_000  # records a fetch: a few MB of Arrow columns at a time
 
 
-def _parts(engine: Engine, ends: dict[int, tuple[int, bytes]], before: int) -> Iterator[pa.Table]:
-    """The records to archive, in time order, :data:`FETCH` at a time."""
+def _fetch(
+    engine: Engine, ends: dict[int, tuple[int, bytes]], before: int, put: Callable[[Any], bool]
+) -> None:
+    """Hand ``put`` the records to archive, in time order, :data:`FETCH` at a time, until
+    it says stop; then None."""
     sql = (
         f"SELECT {', '.join(STORED)} FROM {records.name} WHERE created_us < {int(before)} "
         f"AND {covered_sql(ends)} ORDER BY created_us"
@@ -72,11 +77,47 @@ def _parts(engine: Engine, ends: dict[int, tuple[int, bytes]], before: int) -> I
         # than the rest of the archive's work.
         raw: Any = conn.connection.dbapi_connection
         postgres = conn.dialect.name == "postgresql"
-        cursor = raw.cursor(name="iabma_archive") if postgres else raw.cursor()
+        # PostgreSQL in binary: bytea as its bytes, not as hex text to parse.
+        cursor = raw.cursor(name="iabma_archive", binary=True) if postgres else raw.cursor()
         cursor.execute(sql)
         while rows := cursor.fetchmany(FETCH):
-            yield stored_table(rows)
+            if not put(stored_table(rows)):
+                break
         cursor.close()
+
+
+def _parts(engine: Engine, ends: dict[int, tuple[int, bytes]], before: int) -> Iterator[pa.Table]:
+    """:func:`_fetch`'s parts, fetched on a thread while the files of the last are written:
+    the database (PostgreSQL: another process) and Parquet's writer work without the GIL."""
+    ready: queue.Queue[Any] = queue.Queue(maxsize=2)
+    stop = threading.Event()
+
+    def put(item: Any) -> bool:
+        while not stop.is_set():
+            try:
+                ready.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def run() -> None:
+        try:
+            _fetch(engine, ends, before, put)
+            put(None)
+        except BaseException as exc:  # handed on, raised by the reader
+            put(exc)
+
+    thread = threading.Thread(target=run, name="iabma-archive-fetch", daemon=True)
+    thread.start()
+    try:
+        while (item := ready.get()) is not None:
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+    finally:
+        stop.set()
+        thread.join()
 
 
 def _write_records(
