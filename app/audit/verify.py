@@ -140,7 +140,8 @@ def verify(
         # SQLAlchemy rows cost more than their digests.
         raw: Any = conn.connection.dbapi_connection
         postgres = conn.dialect.name == "postgresql"
-        cursor = raw.cursor(name="iabma_verify") if postgres else raw.cursor()
+        # PostgreSQL in binary: bytea as its bytes, not as hex text to parse.
+        cursor = raw.cursor(name="iabma_verify", binary=True) if postgres else raw.cursor()
         cursor.execute(sql + " ORDER BY id")
         while rows := cursor.fetchmany(20_000):
             for row in rows:
