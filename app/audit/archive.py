@@ -11,31 +11,35 @@ predecessor and last link, so that ``audit-verify`` of the live trail goes on fr
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
+import queue
+import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
-import pyarrow.compute
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
-from sqlalchemy import Engine, and_, delete, or_, select
+from sqlalchemy import Engine, and_, or_, select
 
-from app.audit.chain import Link, expected_mac, genesis
-from app.audit.codec import unpack_request_id
+from app.audit.archive_delete import covered_sql
+from app.audit.archive_delete import delete_archived as delete_archived  # its command
+from app.audit.archive_table import STORED, stored_table, with_readable
+from app.audit.chain import DIGEST_BYTES, Link, expected_mac, genesis, row_digest
 from app.audit.records import LOG_COLUMNS
-from app.audit.retention import _ends, _write_cuts
-from app.audit.tables import archived, cuts, links, records
+from app.audit.retention import DAY_US, _ends
+from app.audit.tables import cuts, links, records
 from app.audit.verify import Report, compare
 from app.audit.versions import ReaderVersions
 
 MANIFEST = "manifest.json"
 LINKS_FILE = "links.parquet"
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-STORED = ("id", "chain", "seq", *LOG_COLUMNS)
-DAY_US = 86_400_000_000
 
 
 def day_of(us: int) -> str:
@@ -56,42 +60,101 @@ class Written:
     files: list[dict[str, Any]] = field(default_factory=list)
 
 
-def _covered(ends: dict[int, tuple[int, bytes]]) -> Any:
-    c = records.c
-    return or_(*[and_(c.chain == ch, c.seq <= seq) for ch, (seq, _) in ends.items()])
+FETCH = 50_000  # records a fetch: a few MB of Arrow columns at a time
 
 
-def _rows(engine: Engine, ends: dict[int, tuple[int, bytes]], before: int) -> Iterator[Any]:
-    c = records.c
-    query = select(*[c[name] for name in STORED]).where(c.created_us < before, _covered(ends))
+def _fetch(
+    engine: Engine, ends: dict[int, tuple[int, bytes]], before: int, put: Callable[[Any], bool]
+) -> None:
+    """Hand ``put`` the records to archive, in time order, :data:`FETCH` at a time, until
+    it says stop; then None."""
+    sql = (
+        f"SELECT {', '.join(STORED)} FROM {records.name} WHERE created_us < {int(before)} "
+        f"AND {covered_sql(ends)} ORDER BY created_us"
+    )
     with engine.connect() as conn:
-        yield from conn.execution_options(stream_results=True, yield_per=50_000).execute(
-            query.order_by(c.created_us)
-        )
+        # Plain DBAPI rows (PostgreSQL: a server-side cursor): SQLAlchemy's rows cost more
+        # than the rest of the archive's work.
+        raw: Any = conn.connection.dbapi_connection
+        postgres = conn.dialect.name == "postgresql"
+        # PostgreSQL in binary: bytea as its bytes, not as hex text to parse.
+        cursor = raw.cursor(name="iabma_archive", binary=True) if postgres else raw.cursor()
+        cursor.execute(sql)
+        while rows := cursor.fetchmany(FETCH):
+            if not put(stored_table(rows)):
+                break
+        cursor.close()
 
 
-def _table(rows: list[Any], versions: ReaderVersions) -> pa.Table:
-    cols = list(zip(*rows, strict=True))
-    stored = dict(zip(STORED, cols, strict=True))
-    by_id = {vid: versions.get(int(vid)) for vid in set(stored["version_id"])}
-    vs = [by_id[vid] for vid in stored["version_id"]]
-    names = {vid: v.expert_names for vid, v in by_id.items()}
-    readable = {
-        "request": [unpack_request_id(r) for r in stored["request_id"]],
-        "time": pa.array(stored["created_us"], pa.int64()).cast(pa.timestamp("us", tz="UTC")),
-        "model": [v.model for v in vs],
-        "version": [v.version for v in vs],
-        "route": [v.route for v in vs],
-        "top_expert": [
-            names[vid][k] for vid, k in zip(stored["version_id"], stored["top"], strict=True)
-        ],
-        "latency_ms": pa.compute.divide(pa.array(stored["latency_us"], pa.float64()), 1000.0),
-        "experts": [v.experts for v in vs],
-        "classes": [v.classes for v in vs],
-    }
-    types = {"request_id": pa.binary(), "input_hash": pa.binary(), "answer": pa.binary()}
-    raw = {k: pa.array(v, types.get(k)) for k, v in stored.items()}
-    return pa.table({**readable, **raw})
+def _parts(engine: Engine, ends: dict[int, tuple[int, bytes]], before: int) -> Iterator[pa.Table]:
+    """:func:`_fetch`'s parts, fetched on a thread while the files of the last are written:
+    the database (PostgreSQL: another process) and Parquet's writer work without the GIL."""
+    ready: queue.Queue[Any] = queue.Queue(maxsize=2)
+    stop = threading.Event()
+
+    def put(item: Any) -> bool:
+        while not stop.is_set():
+            try:
+                ready.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def run() -> None:
+        try:
+            _fetch(engine, ends, before, put)
+            put(None)
+        except BaseException as exc:  # handed on, raised by the reader
+            put(exc)
+
+    thread = threading.Thread(target=run, name="iabma-archive-fetch", daemon=True)
+    thread.start()
+    try:
+        while (item := ready.get()) is not None:
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+    finally:
+        stop.set()
+        thread.join()
+
+
+def _write_records(
+    engine: Engine, ends: dict[int, tuple[int, bytes]], before: int, out: Path
+) -> Written:
+    """One file per day and version. The records come in time order, so a day's files
+    are complete, and written, once a later day comes."""
+    versions = ReaderVersions(engine)
+    labels: dict[int, str] = {}
+    pending: dict[tuple[int, str], list[pa.Table]] = {}
+    written = Written()
+
+    def flush(through_day: float) -> None:
+        for key in sorted(k for k in pending if k[0] < through_day):
+            day, version = day_of(key[0] * DAY_US), key[1]
+            table = with_readable(pa.concat_tables(pending.pop(key)), versions)
+            path = out / day / f"{version}.parquet"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            pq.write_table(table, path)
+            written.files.append({"file": str(path.relative_to(out)), "day": day,
+                                  "rows": table.num_rows})  # fmt: skip
+            written.records += table.num_rows
+
+    for part in _parts(engine, ends, before):
+        days = part.column("created_us").to_numpy() // DAY_US
+        vids = part.column("version_id").to_numpy()
+        for v in np.unique(vids):
+            if int(v) not in labels:
+                labels[int(v)] = versions.get(int(v)).version
+        for day in np.unique(days):
+            in_day = days == day
+            for v in np.unique(vids[in_day]):
+                rows = np.flatnonzero(in_day & (vids == v))
+                pending.setdefault((int(day), labels[int(v)]), []).append(part.take(rows))
+        flush(int(days[-1]))
+    flush(float("inf"))
+    return written
 
 
 def write(
@@ -101,29 +164,9 @@ def write(
     manifest; the chains' ends archived (what ``--delete`` then removes)."""
     out.mkdir(parents=True, exist_ok=True)
     ends = _ends(engine, before_us)
-    written = Written()
     if not ends:
-        return written, ends
-    versions = ReaderVersions(engine)
-    groups: dict[tuple[str, str], list[Any]] = {}
-    days: dict[int, str] = {}
-    labels: dict[int, str] = {}
-    at_v, at_t = STORED.index("version_id"), STORED.index("created_us")
-    for row in _rows(engine, ends, before_us):
-        vid, d = row[at_v], row[at_t] // DAY_US
-        label = labels.get(vid)
-        if label is None:
-            label = labels[vid] = versions.get(int(vid)).version
-        day = days.get(d)
-        if day is None:
-            day = days[d] = day_of(d * DAY_US)
-        groups.setdefault((day, label), []).append(row)
-    for (day, version), rows in sorted(groups.items()):
-        path = out / day / f"{version}.parquet"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        pq.write_table(_table(rows, versions), path)
-        written.files.append({"file": str(path.relative_to(out)), "day": day, "rows": len(rows)})
-        written.records += len(rows)
+        return Written(), ends
+    written = _write_records(engine, ends, before_us, out)
     lc = links.c
     with engine.connect() as conn:
         start = {
@@ -190,72 +233,61 @@ def check(out: Path, key: bytes, progress: Callable[[int], None] | None = None) 
             prev_mac = link.mac
         if prev_mac.hex() != span["through_mac"]:
             report.findings.append(f"altered: chain {chain}'s last link in the manifest")
-    found: dict[tuple[int, int], list[tuple[int, bytes, bytes]]] = {}
-    from app.audit.chain import row_digest
-
-    for item in manifest["files"]:
-        t = pq.read_table(out / item["file"], columns=list(STORED)).to_pydict()
-        for i in range(len(t["id"])):
-            values = tuple(t[name][i] for name in LOG_COLUMNS)
-            key_ = (t["chain"][i], t["seq"][i])
-            found.setdefault(key_, []).append((t["id"][i], row_digest(values), t["request_id"][i]))
-            report.records += 1
-        if progress is not None:
-            progress(report.records)
-    for key_, link in want.items():
-        compare(link, sorted(found.pop(key_, [])), report)
-    for key_, recs in found.items():
-        for rec in recs:
-            report.findings.append(f"inserted: record id {rec[0]} (no link {key_} in the archive)")
+    _check_records(out, manifest, want, report, progress)
     return report
 
 
-def delete_archived(
-    engine: Engine,
-    key: bytes,
-    before_us: int,
-    ends: dict[int, tuple[int, bytes]],
-    day_of_id: Callable[[Any], str] = day_of,
-) -> int:
-    """Remove what :func:`write` archived: the cuts first, then a note of each request id
-    (for the 410), the records, and their links."""
-    if not ends:
-        return 0
-    _write_cuts(engine, key, ends, before_us)
-    c = records.c
-    done = 0
-    where = [c.created_us < before_us, _covered(ends)]
-    while True:
-        with engine.begin() as conn:
-            rows = conn.execute(
-                # In the time index's order: ordered by id, each batch would sort all
-                # that is left.
-                select(c.id, c.request_id, c.created_us)
-                .where(*where)
-                .order_by(c.created_us)
-                .limit(5_000)
-            ).all()
-            if not rows:
-                break
-            days: dict[int, str] = {}
-            notes = []
-            for r in rows:
-                d = r[2] // DAY_US
-                day = days.get(d)
-                if day is None:
-                    day = days[d] = day_of_id(d * DAY_US)
-                notes.append((r[1], day))
-            # Plain executemany: SQLAlchemy's 5,000 bound names per batch cost more than
-            # the deletes.
-            m = "?" if conn.dialect.paramstyle == "qmark" else "%s"
-            conn.exec_driver_sql(
-                f"INSERT INTO {archived.name} (request_id, day) VALUES ({m}, {m})", notes
-            )
-            conn.exec_driver_sql(
-                f"DELETE FROM {records.name} WHERE id = {m}", [(r[0],) for r in rows]
-            )
-        done += len(rows)
-    with engine.begin() as conn:
-        for chain, (seq, _) in ends.items():
-            conn.execute(delete(links).where(links.c.chain == chain, links.c.seq <= seq))
-    return done
+def _check_records(
+    out: Path,
+    manifest: dict[str, Any],
+    want: dict[tuple[int, int], Link],
+    report: Report,
+    progress: Callable[[int], None] | None,
+) -> None:
+    """Every record's digest against its link's. The records of a link may lie in several
+    files (a group that spans midnight, or versions): all are read, then sorted by link
+    and id, and a link whose digests match as a whole is done without a step per record."""
+    keys, digests, request_ids = [], [], []
+    for item in manifest["files"]:
+        path = out / item["file"]
+        if not path.is_file():
+            continue  # named above
+        t = pq.read_table(path, columns=list(STORED))
+        values = [t.column(name).to_pylist() for name in LOG_COLUMNS]
+        digests.append(b"".join(map(row_digest, zip(*values, strict=True))))
+        keys.append(
+            np.stack([pc.fill_null(t.column(n), -1).to_numpy() for n in ("chain", "seq", "id")])
+        )
+        request_ids.extend(t.column("request_id").chunks)
+        report.records += t.num_rows
+        if progress is not None:
+            progress(report.records)
+    done: set[tuple[int, int]] = set()
+    if keys:
+        chain, seq, ids = np.concatenate(keys, axis=1)
+        order = np.lexsort((ids, seq, chain))
+        d = np.frombuffer(b"".join(digests), np.uint8).reshape(-1, DIGEST_BYTES)[order]
+        chain, seq, ids = chain[order], seq[order], ids[order]
+        rids = pa.chunked_array(request_ids, pa.binary())
+        new = np.flatnonzero((chain[1:] != chain[:-1]) | (seq[1:] != seq[:-1])) + 1
+        bounds = [0, *new.tolist(), len(order)]
+        for lo, hi in itertools.pairwise(bounds):
+            key_ = (int(chain[lo]), int(seq[lo]))
+            link = want.get(key_)
+            if link is not None and d[lo:hi].tobytes() == link.digests:
+                done.add(key_)
+                continue
+            recs = [
+                (int(ids[i]), d[i].tobytes(), rids[int(order[i])].as_py()) for i in range(lo, hi)
+            ]
+            if link is None:
+                for rec in recs:
+                    report.findings.append(
+                        f"inserted: record id {rec[0]} (no link {key_} in the archive)"
+                    )
+                continue
+            compare(link, sorted(recs), report)
+            done.add(key_)
+    for key_, link in want.items():
+        if key_ not in done:
+            compare(link, [], report)

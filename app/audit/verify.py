@@ -39,6 +39,8 @@ def _name(rec: _Rec) -> str:
 
 def compare(link: Link, found: list[_Rec], report: Report) -> None:
     """Align a link's digests with its records (in id order) and name what differs."""
+    if b"".join(r[1] for r in found) == link.digests:
+        return  # the common case, without a step per record
     want = link.digest_list()
     where = f"chain {link.chain} link {link.seq}, committed {iso_from_us(link.created_us)}"
     i = j = 0
@@ -138,7 +140,8 @@ def verify(
         # SQLAlchemy rows cost more than their digests.
         raw: Any = conn.connection.dbapi_connection
         postgres = conn.dialect.name == "postgresql"
-        cursor = raw.cursor(name="iabma_verify") if postgres else raw.cursor()
+        # PostgreSQL in binary: bytea as its bytes, not as hex text to parse.
+        cursor = raw.cursor(name="iabma_verify", binary=True) if postgres else raw.cursor()
         cursor.execute(sql + " ORDER BY id")
         while rows := cursor.fetchmany(20_000):
             for row in rows:
