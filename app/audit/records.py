@@ -97,12 +97,13 @@ class AuditRecord:
 
     def log_values(self) -> tuple[Any, ...]:
         """The ``iabma_audit_log`` row, in :data:`LOG_COLUMNS` order, its version as the
-        :meth:`version_key` that the writer's connection turns into the row's id."""
-        text = None
-        if self.input_mode != "off":
-            rows = self.instances() if callable(self.instances) else self.instances
-            text = canonical_json(rows)
-        answer = codec.pack(
+        :meth:`version_key` that the writer's connection turns into the row's id. A group's
+        rows are built together by :func:`app.audit.rows.log_rows`, to the same values."""
+        return self.row(self.answer(), self.top())
+
+    def answer(self) -> bytes:
+        """The ``answer`` column (:func:`app.audit.codec.pack`)."""
+        return codec.pack(
             self.task,
             self.weights,
             self.prediction,
@@ -110,12 +111,23 @@ class AuditRecord:
             self.expert_outputs,
             self.expert_spread,
         )
+
+    def top(self) -> int:
+        """The expert with the largest weight summed over the record's rows."""
+        return int(np.argmax(self.weights.sum(axis=0)))
+
+    def row(self, answer: bytes, top: int) -> tuple[Any, ...]:
+        """:meth:`log_values` around its ``answer`` and ``top``, made elsewhere."""
+        text = None
+        if self.input_mode != "off":
+            rows = self.instances() if callable(self.instances) else self.instances
+            text = canonical_json(rows)
         return (
             codec.pack_request_id(self.request_id),
             self.created_us,
             self.version_key(),
             int(self.weights.shape[0]),
-            int(np.argmax(self.weights.sum(axis=0))),
+            top,
             round(self.latency_ms * 1000),
             _hmac(self.hash_key, text) if text is not None else None,
             text.decode("utf-8") if self.input_mode == "full" and text else None,

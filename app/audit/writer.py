@@ -19,6 +19,7 @@ from typing import Any
 from app.audit.deadlines import CANCEL_AFTER_S, CLAIM_GRACE_S, Deadlines
 from app.audit.health import PROBE_EVERY_S, TrailHealth
 from app.audit.records import AuditRecord
+from app.audit.rows import log_rows
 from app.audit.store import AuditStore
 from app.errors import AuditUnavailable
 from app.metrics import ServiceMetrics
@@ -168,9 +169,12 @@ class AuditWriter:
         t0 = time.perf_counter()
         stop = False
         try:
-            rows = self._rows(batch)
+            rows: list[tuple[Any, ...]] = []
             if gather and self.group_wait > 0:
+                if any(it[2] is not None for it in batch):
+                    rows = self._rows(batch)  # a large request waits for its row
                 stop = self._gather(batch, rows)
+            rows.extend(self._rows(batch[len(rows) :]))
             self._deadlines.inserting(True)
             try:
                 self.store.insert_rows(rows, min(it[3] for it in batch) + CANCEL_AFTER_S)
@@ -200,7 +204,7 @@ class AuditWriter:
         assert self._loop is not None
         taken = [t for _, _, t, _ in items if t is not None]
         try:
-            return [rec.log_values() for rec, _, _, _ in items]
+            return log_rows([rec for rec, _, _, _ in items])
         finally:
             # Built (or failed): the writer now waits without the GIL, on the queue or the
             # database.
@@ -212,6 +216,8 @@ class AuditWriter:
 
         Waits only while some request in flight has yet to queue its record (a lone
         request never waits) and returns at once when none has. True when told to stop.
+        The rows of the records added are built at the end, together (app.audit.rows),
+        except when a large request waits for its row: then at once, with those before.
         """
         deadline = time.monotonic() + self.group_wait
         while len(batch) < self.batch_max and self.pending() > 0:
@@ -228,7 +234,8 @@ class AuditWriter:
                 continue
             batch.append(item)
             self._in_commit = len(batch)
-            rows.extend(self._rows([item]))
+            if item[2] is not None:
+                rows.extend(self._rows(batch[len(rows) :]))
         return False
 
     def _log_failure(self, n: int, exc: Exception) -> str:
