@@ -133,8 +133,16 @@ class Service:
         key = audit_hash_key(self.settings)
         if self.settings.audit_payload != "off":
             self.hash_key = key
+        chain = chain_key(key)
+        if not self.settings.audit_chain:
+            log.warning(
+                "the audit chain is off (IABMA_AUDIT_CHAIN=false): records written now fail "
+                "audit-verify; for benchmarks only"
+            )
         self.store = AuditStore(
-            self.settings.audit_url, self.settings.audit_timeout_seconds, chain_key(key)
+            self.settings.audit_url,
+            self.settings.audit_timeout_seconds,
+            chain if self.settings.audit_chain else None,
         )
         try:
             await asyncio.to_thread(self.store.prepare)
@@ -153,7 +161,7 @@ class Service:
         self.writer.start()
         if self.settings.audit_retention_days is not None:
             task = retention.run(
-                self.store.engine, chain_key(key), self.settings.audit_retention_days, now_us
+                self.store.engine, chain, self.settings.audit_retention_days, now_us
             )
             self._tasks.append(asyncio.create_task(task, name="iabma-audit-retention"))
 
