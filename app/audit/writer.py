@@ -58,6 +58,7 @@ class AuditWriter:
         self._in_commit = 0
         self._deadlines: Deadlines[_Item] = Deadlines(lambda it: it[1], lambda it: it[3])
         self._thread: threading.Thread | None = None
+        self._running = False  # the thread has started and not ended
         self._loop: asyncio.AbstractEventLoop | None = None
         self._watchdog: asyncio.Task[None] | None = None
         self._streak = 0  # groups failed since the last commit
@@ -66,6 +67,7 @@ class AuditWriter:
     def start(self) -> None:
         self._loop = asyncio.get_running_loop()
         self._thread = threading.Thread(target=self._run, name="iabma-audit", daemon=True)
+        self._running = True
         self._thread.start()
         self._watchdog = self._loop.create_task(self._expire(), name="iabma-audit-watchdog")
 
@@ -88,7 +90,9 @@ class AuditWriter:
         return self._put(record, taken), taken
 
     def _put(self, record: AuditRecord, taken: asyncio.Future[None] | None) -> asyncio.Future[None]:
-        if self._thread is None or not self._thread.is_alive() or self._loop is None:
+        # A flag the thread clears as it ends, not Thread.is_alive(): a lock's try on every
+        # request.
+        if not self._running or self._loop is None:
             raise AuditUnavailable("the audit writer is not running", field="audit")
         done: asyncio.Future[None] = self._loop.create_future()
         deadline = time.monotonic() + self.timeout_seconds
@@ -115,6 +119,12 @@ class AuditWriter:
             fut.set_exception(self._timed_out())
 
     def _run(self) -> None:
+        try:
+            self._serve()
+        finally:
+            self._running = False
+
+    def _serve(self) -> None:
         stopping = False
         while not stopping:
             first = self._next()

@@ -18,6 +18,7 @@ from app.audit.connection import ROWS_PER_STATEMENT
 from app.audit.store import AuditStore
 from app.audit.tables import SqliteInUse
 from app.audit.writer import AuditWriter
+from app.errors import AuditUnavailable
 from app.metrics import ServiceMetrics
 from tests.support.services import PG_DSN, schema_of
 from tests.support.trail import Trail, make_record, open_writer
@@ -262,3 +263,16 @@ def test_records_are_counted_under_their_own_version(trail: Trail) -> None:
         return dict(metrics.audit_records.pending)
 
     assert asyncio.run(main()) == {("demo", "v1"): 3, ("demo", "v2"): 2}
+
+
+def test_a_closed_writer_refuses_records(trail: Trail) -> None:
+    async def main() -> None:
+        store, writer = open_writer(trail)
+        await writer.submit(make_record("before"))
+        await writer.close()
+        with pytest.raises(AuditUnavailable, match="not running"):
+            writer.submit(make_record("after"))
+        store.close()
+
+    asyncio.run(main())
+    assert trail.count() == 1
