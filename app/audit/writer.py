@@ -17,6 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 from app.audit.deadlines import CANCEL_AFTER_S, CLAIM_GRACE_S, Deadlines
+from app.audit.gather import GroupWait
 from app.audit.health import PROBE_EVERY_S, TrailHealth
 from app.audit.records import AuditRecord
 from app.audit.rows import log_rows
@@ -28,7 +29,6 @@ log = logging.getLogger("iabma.audit")
 # The record, the future its commit settles, the one set when it is taken, its deadline.
 _Item = tuple[AuditRecord, asyncio.Future[None], asyncio.Future[None] | None, float]
 _STOP = None
-FAILURE_LOG_EVERY_S = 10.0
 
 
 class AuditWriter:
@@ -59,10 +59,9 @@ class AuditWriter:
         self._deadlines: Deadlines[_Item] = Deadlines(lambda it: it[1], lambda it: it[3])
         self._thread: threading.Thread | None = None
         self._running = False  # the thread has started and not ended
+        self._group_wait = GroupWait(self._queue, pending)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._watchdog: asyncio.Task[None] | None = None
-        self._streak = 0  # groups failed since the last commit
-        self._streak_logged = 0.0
 
     def start(self) -> None:
         self._loop = asyncio.get_running_loop()
@@ -98,6 +97,7 @@ class AuditWriter:
         deadline = time.monotonic() + self.timeout_seconds
         self._deadlines.queued(done, deadline)
         self._queue.put((record, done, taken, deadline))
+        self._group_wait.queued(taken is not None)
         return done
 
     def _timed_out(self) -> AuditUnavailable:
@@ -157,15 +157,9 @@ class AuditWriter:
         try:
             self.store.probe()
         except Exception as exc:
-            self._log_failure(0, exc)
+            self.health.failed(exc, 0)
         else:
-            self._recovered()
-
-    def _recovered(self) -> None:
-        if self._streak:
-            log.warning("audit commits succeed again, after %d failed groups", self._streak)
-            self._streak, self._streak_logged = 0, 0.0
-        self.health.succeeded()
+            self.health.succeeded()
 
     def _commit(self, batch: list[_Item], gather: bool) -> bool:
         """Build the group's rows, add those of requests on their way (``gather``), insert
@@ -191,7 +185,7 @@ class AuditWriter:
             finally:
                 self._deadlines.inserting(False)
         except Exception as exc:
-            reason = self._log_failure(len(batch), exc)
+            reason = self.health.failed(exc, len(batch))
             late = time.monotonic() >= min(item[3] for item in batch)
             error: Exception | None = (
                 self._timed_out()  # cancelled, or given up on: the timeout is the reason
@@ -203,7 +197,7 @@ class AuditWriter:
             )
         else:
             error = None
-            self._recovered()
+            self.health.succeeded()
         seconds = time.perf_counter() - t0
         self._in_commit = 0
         self._loop.call_soon_threadsafe(self._settle, batch, error, seconds)
@@ -230,38 +224,22 @@ class AuditWriter:
         except when a large request waits for its row: then at once, with those before.
         """
         deadline = time.monotonic() + self.group_wait
-        while len(batch) < self.batch_max and self.pending() > 0:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
+        while True:
+            while len(batch) < self.batch_max:
+                try:
+                    item = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+                if item is _STOP:
+                    return True
+                if not self._in_time([item]):
+                    continue
+                batch.append(item)
+                self._in_commit = len(batch)
+                if item[2] is not None:
+                    rows.extend(self._rows(batch[len(rows) :]))
+            if not self._group_wait.wait(self.batch_max - len(batch), deadline):
                 return False
-            try:
-                item = self._queue.get(timeout=remaining)
-            except queue.Empty:
-                return False
-            if item is _STOP:
-                return True
-            if not self._in_time([item]):
-                continue
-            batch.append(item)
-            self._in_commit = len(batch)
-            if item[2] is not None:
-                rows.extend(self._rows(batch[len(rows) :]))
-        return False
-
-    def _log_failure(self, n: int, exc: Exception) -> str:
-        """Count and log a failed commit (``n`` records; 0 for a probe); its cause."""
-        reason = self.health.failed(exc)
-        self._streak += 1
-        now = time.monotonic()
-        if self._streak == 1:
-            log.error("audit commit of %d records failed: %s", n, reason, exc_info=exc)
-            self._streak_logged = now
-        elif now - self._streak_logged >= FAILURE_LOG_EVERY_S:
-            log.error(
-                "audit commits still failing: %d groups so far; last: %s", self._streak, reason
-            )
-            self._streak_logged = now
-        return reason
 
     def _in_time(self, items: list[_Item]) -> list[_Item]:
         """The items still within their deadline, now claimed for a commit; the others'
@@ -319,6 +297,7 @@ class AuditWriter:
         """Commit whatever is queued, then stop the writer thread."""
         if self._thread is not None and self._thread.is_alive():
             self._queue.put(_STOP)
+            self._group_wait.stop()
             await asyncio.to_thread(self._thread.join)
         if self._watchdog is not None:
             self._watchdog.cancel()
