@@ -36,6 +36,13 @@ class Settings(BaseSettings):
     audit_enabled: bool = Field(
         True, description="keep the audit trail; off only for benchmarks and local trials"
     )
+    # Benchmarks only (bench/serve_speed.py measures what the chain costs): a trail written
+    # without its chain fails audit-verify, every record named as inserted outside.
+    audit_chain: bool = Field(
+        True,
+        description="seal each group commit into the tamper-evident chain; never off in "
+        "production, only to measure the chain's cost",
+    )
     audit_url: str = Field(DEFAULT_AUDIT_URL, description="SQLAlchemy URL of the audit trail")
     audit_payload: Literal["full", "hash", "off"] = Field(
         "hash", description="what the trail keeps of each input: all of it, its sha256, nothing"

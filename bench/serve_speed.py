@@ -11,6 +11,7 @@ cores. The run matrix is in ``bench/speed/plan.py``; results go to
     .venv/bin/python bench/serve_speed.py --full --bundles california
     .venv/bin/python bench/serve_speed.py --oip --bundles demo   # the OIP targets, ~2 min
     .venv/bin/python bench/serve_speed.py --ratio --bundles demo --rounds 5   # ours/bare, ~5 min
+    .venv/bin/python bench/serve_speed.py --ratio --chain-cost --bundles demo   # + chain cost
 
 gRPC is loaded by h2load (``bench/loadgen/h2load.py``), binary OIP bodies by wrk with
 ``frames.lua``.
@@ -214,6 +215,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     p.add_argument("--rounds", type=int, default=3, help="rounds of --ratio (default 3)")
     p.add_argument(
+        "--chain-cost",
+        action="store_true",
+        help="with --ratio: ours on a SQLite trail without its chain (IABMA_AUDIT_CHAIN=false) "
+        "takes its turn in every round too (issue 30's target: chain_on_over_off_c32 >= 0.95)",
+    )
+    p.add_argument(
         "--baseline",
         type=Path,
         default=None,
@@ -243,6 +250,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         p.error("--rounds is at least 1")
     if args.baseline is not None and (args.mode != "ratio" or not (args.baseline / "app").is_dir()):
         p.error("--baseline takes a checkout (with app/) and goes with --ratio")
+    if args.chain_cost and args.mode != "ratio":
+        p.error("--chain-cost goes with --ratio (the default matrix measures it anyway)")
     bundles = args.bundles or ("demo" if args.quick else "demo,california")
     args.bundle_list = [b.strip() for b in bundles.split(",") if b.strip()]
     if args.duration is None:
@@ -263,7 +272,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     wrk_binary()  # no wrk, no benchmark: fail now rather than after the floors
     baseline = str(args.baseline.resolve()) if args.baseline is not None else ""
     base_store = str(args.baseline_store.resolve()) if args.baseline_store is not None else ""
-    plan = build_plan(args.bundle_list, args.mode, args.rounds, baseline, base_store)
+    plan = build_plan(
+        args.bundle_list, args.mode, args.rounds, baseline, base_store, args.chain_cost
+    )
     if any(r.route == "grpc" for g in plan for r in g.runs):
         h2load_binary()
     skipped_ml = [g for g in plan if g.server.kind == "mlserver"] if args.skip_mlserver else []

@@ -114,6 +114,54 @@ def pack(
     return b"".join(parts)
 
 
+def pack_many(
+    task: str,
+    weights: np.ndarray,
+    prediction: np.ndarray,
+    uncertainty: np.ndarray,
+    expert_outputs: np.ndarray | None,
+    expert_spread: np.ndarray | None,
+) -> list[bytes]:
+    """:func:`pack` of ``g`` records alike in shape at once: each array has the records on
+    a new first axis (``expert_spread``, the model's, is shared), and each record's blob is
+    byte for byte the one :func:`pack` gives it. A single-row record took 12 us in
+    :func:`pack`, most of it numpy's cost per call; a group of them shares the calls."""
+    g = weights.shape[0]
+    flags = _HAS_EXPERTS if expert_outputs is not None else 0
+    columns = [np.full((g, 1), flags, np.uint8), _simplex_rows(weights)]
+    if task == "classification":
+        columns += [_simplex_rows(prediction), _bytes_rows(uncertainty[..., :2], _F4)]
+        if expert_outputs is not None:
+            columns.append(_simplex_rows(expert_outputs))
+    else:
+        tail = [prediction, uncertainty]
+        if expert_outputs is not None:
+            tail.append(expert_outputs)
+        columns += [_bytes_rows(p, _F8) for p in tail]
+        if expert_outputs is not None and expert_spread is not None:
+            spread = np.frombuffer(np.ascontiguousarray(expert_spread, _F8).tobytes(), np.uint8)
+            columns.append(np.broadcast_to(spread, (g, len(spread))))
+    table = np.hstack(columns)
+    raw, width = table.tobytes(), table.shape[1]
+    return [raw[k : k + width] for k in range(0, g * width, width)]
+
+
+def _simplex_rows(a: np.ndarray) -> np.ndarray:
+    """Per record (first axis), the bytes :func:`_simplex` gives its vectors, as uint8."""
+    g, k = a.shape[0], a.shape[-1]
+    flat = np.asarray(a, dtype=np.float64).reshape(-1, k)
+    big = flat.argmax(axis=1)
+    keep = np.ones_like(flat, dtype=bool)
+    keep[np.arange(len(flat)), big] = False
+    rest = flat[keep].reshape(g, -1)
+    return np.hstack([big.astype(np.uint8).reshape(g, -1), _bytes_rows(rest, _F4)])
+
+
+def _bytes_rows(a: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """Per record (first axis), its values as ``dtype``'s bytes, as uint8."""
+    return np.ascontiguousarray(a, dtype=dtype).reshape(a.shape[0], -1).view(np.uint8)
+
+
 def unpack(blob: bytes, task: str, n: int, m: int, classes: int) -> Answer:
     """The arrays of :func:`pack`, for a record of ``n`` rows, ``m`` experts and
     ``classes`` classes (0 for regression)."""

@@ -8,8 +8,11 @@ traffic comes brings it back (:meth:`app.audit.writer.AuditWriter`).
 
 from __future__ import annotations
 
+import logging
 import time
 
+log = logging.getLogger("iabma.audit")
+FAILURE_LOG_EVERY_S = 10.0
 # A probe commit this often while commits fail and nothing else is queued.
 PROBE_EVERY_S = 0.5
 _CAUSE_CHARS = 400
@@ -33,19 +36,36 @@ class TrailHealth:
         self.unready_seconds = unready_seconds
         self.failing_since: float | None = None  # time.monotonic() of the streak's first
         self.last_cause: str | None = None
+        self._streak = 0  # groups failed since the last commit
+        self._streak_logged = 0.0
 
     @property
     def failing(self) -> bool:
         return self.failing_since is not None
 
-    def failed(self, exc: BaseException) -> str:
-        """Note a failed commit; return its cause."""
-        self.last_cause = cause(exc)
+    def failed(self, exc: BaseException, records: int) -> str:
+        """Note and log a failed commit of ``records`` (0 for a probe); return its cause.
+        A streak's first failure is logged with its traceback, then one line every
+        :data:`FAILURE_LOG_EVERY_S`."""
+        reason = self.last_cause = cause(exc)
+        now = time.monotonic()
         if self.failing_since is None:
-            self.failing_since = time.monotonic()
-        return self.last_cause
+            self.failing_since = now
+        self._streak += 1
+        if self._streak == 1:
+            log.error("audit commit of %d records failed: %s", records, reason, exc_info=exc)
+            self._streak_logged = now
+        elif now - self._streak_logged >= FAILURE_LOG_EVERY_S:
+            log.error(
+                "audit commits still failing: %d groups so far; last: %s", self._streak, reason
+            )
+            self._streak_logged = now
+        return reason
 
     def succeeded(self) -> None:
+        if self._streak:
+            log.warning("audit commits succeed again, after %d failed groups", self._streak)
+            self._streak, self._streak_logged = 0, 0.0
         self.failing_since = None
 
     def unready(self, now: float | None = None) -> str | None:

@@ -17,8 +17,10 @@ from collections.abc import Callable
 from typing import Any
 
 from app.audit.deadlines import CANCEL_AFTER_S, CLAIM_GRACE_S, Deadlines
+from app.audit.gather import GroupWait
 from app.audit.health import PROBE_EVERY_S, TrailHealth
 from app.audit.records import AuditRecord
+from app.audit.rows import log_rows
 from app.audit.store import AuditStore
 from app.errors import AuditUnavailable
 from app.metrics import ServiceMetrics
@@ -27,7 +29,6 @@ log = logging.getLogger("iabma.audit")
 # The record, the future its commit settles, the one set when it is taken, its deadline.
 _Item = tuple[AuditRecord, asyncio.Future[None], asyncio.Future[None] | None, float]
 _STOP = None
-FAILURE_LOG_EVERY_S = 10.0
 
 
 class AuditWriter:
@@ -57,14 +58,15 @@ class AuditWriter:
         self._in_commit = 0
         self._deadlines: Deadlines[_Item] = Deadlines(lambda it: it[1], lambda it: it[3])
         self._thread: threading.Thread | None = None
+        self._running = False  # the thread has started and not ended
+        self._group_wait = GroupWait(self._queue, pending)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._watchdog: asyncio.Task[None] | None = None
-        self._streak = 0  # groups failed since the last commit
-        self._streak_logged = 0.0
 
     def start(self) -> None:
         self._loop = asyncio.get_running_loop()
         self._thread = threading.Thread(target=self._run, name="iabma-audit", daemon=True)
+        self._running = True
         self._thread.start()
         self._watchdog = self._loop.create_task(self._expire(), name="iabma-audit-watchdog")
 
@@ -87,12 +89,15 @@ class AuditWriter:
         return self._put(record, taken), taken
 
     def _put(self, record: AuditRecord, taken: asyncio.Future[None] | None) -> asyncio.Future[None]:
-        if self._thread is None or not self._thread.is_alive() or self._loop is None:
+        # A flag the thread clears as it ends, not Thread.is_alive(): a lock's try on every
+        # request.
+        if not self._running or self._loop is None:
             raise AuditUnavailable("the audit writer is not running", field="audit")
         done: asyncio.Future[None] = self._loop.create_future()
         deadline = time.monotonic() + self.timeout_seconds
         self._deadlines.queued(done, deadline)
         self._queue.put((record, done, taken, deadline))
+        self._group_wait.queued(taken is not None)
         return done
 
     def _timed_out(self) -> AuditUnavailable:
@@ -114,6 +119,12 @@ class AuditWriter:
             fut.set_exception(self._timed_out())
 
     def _run(self) -> None:
+        try:
+            self._serve()
+        finally:
+            self._running = False
+
+    def _serve(self) -> None:
         stopping = False
         while not stopping:
             first = self._next()
@@ -146,15 +157,9 @@ class AuditWriter:
         try:
             self.store.probe()
         except Exception as exc:
-            self._log_failure(0, exc)
+            self.health.failed(exc, 0)
         else:
-            self._recovered()
-
-    def _recovered(self) -> None:
-        if self._streak:
-            log.warning("audit commits succeed again, after %d failed groups", self._streak)
-            self._streak, self._streak_logged = 0, 0.0
-        self.health.succeeded()
+            self.health.succeeded()
 
     def _commit(self, batch: list[_Item], gather: bool) -> bool:
         """Build the group's rows, add those of requests on their way (``gather``), insert
@@ -168,16 +173,19 @@ class AuditWriter:
         t0 = time.perf_counter()
         stop = False
         try:
-            rows = self._rows(batch)
+            rows: list[tuple[Any, ...]] = []
             if gather and self.group_wait > 0:
+                if any(it[2] is not None for it in batch):
+                    rows = self._rows(batch)  # a large request waits for its row
                 stop = self._gather(batch, rows)
+            rows.extend(self._rows(batch[len(rows) :]))
             self._deadlines.inserting(True)
             try:
                 self.store.insert_rows(rows, min(it[3] for it in batch) + CANCEL_AFTER_S)
             finally:
                 self._deadlines.inserting(False)
         except Exception as exc:
-            reason = self._log_failure(len(batch), exc)
+            reason = self.health.failed(exc, len(batch))
             late = time.monotonic() >= min(item[3] for item in batch)
             error: Exception | None = (
                 self._timed_out()  # cancelled, or given up on: the timeout is the reason
@@ -189,7 +197,7 @@ class AuditWriter:
             )
         else:
             error = None
-            self._recovered()
+            self.health.succeeded()
         seconds = time.perf_counter() - t0
         self._in_commit = 0
         self._loop.call_soon_threadsafe(self._settle, batch, error, seconds)
@@ -200,7 +208,7 @@ class AuditWriter:
         assert self._loop is not None
         taken = [t for _, _, t, _ in items if t is not None]
         try:
-            return [rec.log_values() for rec, _, _, _ in items]
+            return log_rows([rec for rec, _, _, _ in items])
         finally:
             # Built (or failed): the writer now waits without the GIL, on the queue or the
             # database.
@@ -212,39 +220,26 @@ class AuditWriter:
 
         Waits only while some request in flight has yet to queue its record (a lone
         request never waits) and returns at once when none has. True when told to stop.
+        The rows of the records added are built at the end, together (app.audit.rows),
+        except when a large request waits for its row: then at once, with those before.
         """
         deadline = time.monotonic() + self.group_wait
-        while len(batch) < self.batch_max and self.pending() > 0:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
+        while True:
+            while len(batch) < self.batch_max:
+                try:
+                    item = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+                if item is _STOP:
+                    return True
+                if not self._in_time([item]):
+                    continue
+                batch.append(item)
+                self._in_commit = len(batch)
+                if item[2] is not None:
+                    rows.extend(self._rows(batch[len(rows) :]))
+            if not self._group_wait.wait(self.batch_max - len(batch), deadline):
                 return False
-            try:
-                item = self._queue.get(timeout=remaining)
-            except queue.Empty:
-                return False
-            if item is _STOP:
-                return True
-            if not self._in_time([item]):
-                continue
-            batch.append(item)
-            self._in_commit = len(batch)
-            rows.extend(self._rows([item]))
-        return False
-
-    def _log_failure(self, n: int, exc: Exception) -> str:
-        """Count and log a failed commit (``n`` records; 0 for a probe); its cause."""
-        reason = self.health.failed(exc)
-        self._streak += 1
-        now = time.monotonic()
-        if self._streak == 1:
-            log.error("audit commit of %d records failed: %s", n, reason, exc_info=exc)
-            self._streak_logged = now
-        elif now - self._streak_logged >= FAILURE_LOG_EVERY_S:
-            log.error(
-                "audit commits still failing: %d groups so far; last: %s", self._streak, reason
-            )
-            self._streak_logged = now
-        return reason
 
     def _in_time(self, items: list[_Item]) -> list[_Item]:
         """The items still within their deadline, now claimed for a commit; the others'
@@ -302,6 +297,7 @@ class AuditWriter:
         """Commit whatever is queued, then stop the writer thread."""
         if self._thread is not None and self._thread.is_alive():
             self._queue.put(_STOP)
+            self._group_wait.stop()
             await asyncio.to_thread(self._thread.join)
         if self._watchdog is not None:
             self._watchdog.cancel()

@@ -133,8 +133,16 @@ class Service:
         key = audit_hash_key(self.settings)
         if self.settings.audit_payload != "off":
             self.hash_key = key
+        chain = chain_key(key)
+        if not self.settings.audit_chain:
+            log.warning(
+                "the audit chain is off (IABMA_AUDIT_CHAIN=false): records written now fail "
+                "audit-verify; for benchmarks only"
+            )
         self.store = AuditStore(
-            self.settings.audit_url, self.settings.audit_timeout_seconds, chain_key(key)
+            self.settings.audit_url,
+            self.settings.audit_timeout_seconds,
+            chain if self.settings.audit_chain else None,
         )
         try:
             await asyncio.to_thread(self.store.prepare)
@@ -153,7 +161,7 @@ class Service:
         self.writer.start()
         if self.settings.audit_retention_days is not None:
             task = retention.run(
-                self.store.engine, chain_key(key), self.settings.audit_retention_days, now_us
+                self.store.engine, chain, self.settings.audit_retention_days, now_us
             )
             self._tasks.append(asyncio.create_task(task, name="iabma-audit-retention"))
 
@@ -292,24 +300,25 @@ class Service:
             assert pred.interval is not None
             answer = np.column_stack([pred.mean, pred.std, pred.interval])
             experts = pred.expert_means
+        # Positional, in the fields' order: keywords cost 0.7 us more on every request.
         record = AuditRecord(
-            request_id=ctx.request_id,
-            created_us=now_us(),
-            model=model.name,
-            version=model.version,
-            route=request.route,
-            task=model.task,
-            experts=model.experts,
-            classes=model.classes if pred.proba is not None else None,
-            weights=pred.weights,
-            prediction=answer,
-            uncertainty=pred.uncertainty,
-            latency_ms=(time.perf_counter() - ctx.started) * 1000.0,
-            input_mode=self.settings.audit_payload,
-            instances=request.instances,
-            hash_key=self.hash_key,
-            expert_outputs=experts,
-            expert_spread=model.expert_spread,
+            ctx.request_id,
+            now_us(),  # created_us
+            model.name,
+            model.version,
+            request.route,
+            model.task,
+            model.experts,
+            model.classes if pred.proba is not None else None,
+            pred.weights,
+            answer,  # prediction
+            pred.uncertainty,
+            (time.perf_counter() - ctx.started) * 1000.0,  # latency_ms
+            self.settings.audit_payload,  # input_mode
+            request.instances,
+            self.hash_key,
+            experts,  # expert_outputs
+            model.expert_spread,
         )
         if request.n > INLINE_ROWS:
             return self.writer.submit_large(record)

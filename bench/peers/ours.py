@@ -13,6 +13,7 @@ from pathlib import Path
 
 READY_PATH = "/readyz"
 BENCH_HASH_KEY = "bench-audit-hash-key-0123456789abcdef"
+NO_CHAIN = "sqlite-nochain"
 
 
 @dataclass(frozen=True)
@@ -20,7 +21,9 @@ class OursSettings:
     store: Path
     bundle: str
     workers: int  # uvicorn --workers
-    audit: str  # "sqlite", "postgres" or "off"
+    # "sqlite", "postgres", "off", or "sqlite-nochain": the SQLite trail without its
+    # tamper-evident chain (IABMA_AUDIT_CHAIN=false), only to measure what the chain costs
+    audit: str
     audit_url: str  # a SQLite file URL or a PostgreSQL URL; unused when audit is "off"
     grpc_port: int | None = None  # IABMA_GRPC_PORT, on 127.0.0.1
     group_wait_ms: float | None = None  # IABMA_AUDIT_GROUP_WAIT_MS; None keeps the default
@@ -57,6 +60,8 @@ def ours_command(s: OursSettings, port: int) -> tuple[list[str], dict[str, str]]
         IABMA_AUDIT_HASH_KEY=BENCH_HASH_KEY,
         IABMA_AUDIT_ENABLED="false" if s.audit == "off" else "true",
     )
+    if s.audit == NO_CHAIN:
+        env.update(IABMA_AUDIT_CHAIN="false")
     if s.group_wait_ms is not None:
         env.update(IABMA_AUDIT_GROUP_WAIT_MS=f"{s.group_wait_ms:g}")
     if s.grpc_port is not None:

@@ -18,6 +18,11 @@ The Open Inference Protocol's own targets run on ours 1 worker with the SQLite t
 gRPC single-row ``ModelInfer`` at c32 (against ``/predict`` c32) and 1000-row OIP infer with
 binary tensors at c8 (against JSON OIP infer c8); ``--oip`` runs only those four loads.
 
+The chain's cost (issue 30: ours/bare within 5% of the ratio without the chain) is ours 1
+worker on a SQLite trail written without its chain (``sqlite-nochain``,
+``IABMA_AUDIT_CHAIN=false``, never for production) at single-row c32, in the default
+matrix and, with ``--chain-cost``, in every ``--ratio`` round.
+
 ``--ratio`` runs only the headline ratio, ours (1 worker, SQLite trail) against the bare
 peer at single-row c32, in ``--rounds`` alternating rounds, so that both see the machine's
 slow spells alike; the ratio is taken between the two servers' medians. With
@@ -31,6 +36,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from bench.peers.ours import NO_CHAIN
+
 SWEEP = (1, 8, 32, 64)
 BIG = 1000  # rows per batch request; the app's default IABMA_MAX_BATCH_ROWS
 
@@ -41,7 +48,8 @@ class ServerSpec:
     kind: str
     bundle: str
     workers: int = 1
-    audit: str = "-"  # ours and the baseline only: "sqlite", "postgres" or "off"
+    # ours and the baseline only: "sqlite", "postgres", "off" or "sqlite-nochain"
+    audit: str = "-"
     tree: str = ""  # the baseline's checkout
     store: str = ""  # the baseline's bundle store, when it cannot read this checkout's
 
@@ -96,6 +104,7 @@ def _bundle_default(b: str) -> list[Group]:
             ServerSpec("ours", b, 1, "off"),
             [("predict", 1, SWEEP), ("oip", 1, [32]), ("predict", BIG, [1, 8])],
         ),
+        _group(ServerSpec("ours", b, 1, NO_CHAIN), [("predict", 1, [32])]),
         _group(ServerSpec("ours", b, 1, "postgres"), [("predict", 1, [32])]),
         _group(ServerSpec("ours", b, 2, "postgres"), [("predict", 1, [32]), ("predict", BIG, [8])]),
         _group(ServerSpec("ours", b, 2, "off"), [("predict", 1, [32])]),
@@ -135,6 +144,7 @@ def _bundle_quick(b: str) -> list[Group]:
             ],
         ),
         _group(ServerSpec("ours", b, 1, "off"), [("predict", 1, [8])]),
+        _group(ServerSpec("ours", b, 1, NO_CHAIN), [("predict", 1, [8])]),
         _group(ServerSpec("ours", b, 2, "postgres"), [("predict", 1, [8])]),
         _group(ServerSpec("bare", b), [("predict", 1, [8])]),
         _group(ServerSpec("mlserver", b), [("oip", 1, [8])]),
@@ -151,21 +161,30 @@ def _bundle_oip(b: str) -> list[Group]:
     ]
 
 
-def _bundle_ratio(b: str, rounds: int, baseline: str, store: str) -> list[Group]:
-    """Ours (and the baseline) against the bare peer, single-row c32, ``rounds`` times in
-    turn."""
+def _bundle_ratio(
+    b: str, rounds: int, baseline: str, store: str, chain_cost: bool = False
+) -> list[Group]:
+    """Ours (and the baseline, and ours without the chain) against the bare peer,
+    single-row c32, ``rounds`` times in turn."""
     load = [("predict", 1, [32])]
     turn = [_group(ServerSpec("ours", b, 1, "sqlite"), load), _group(ServerSpec("bare", b), load)]
     if baseline:
         turn.append(_group(ServerSpec("baseline", b, 1, "sqlite", baseline, store), load))
+    if chain_cost:
+        turn.append(_group(ServerSpec("ours", b, 1, NO_CHAIN), load))
     return turn * rounds
 
 
 def build_plan(
-    bundles: Sequence[str], mode: str, rounds: int = 1, baseline: str = "", store: str = ""
+    bundles: Sequence[str],
+    mode: str,
+    rounds: int = 1,
+    baseline: str = "",
+    store: str = "",
+    chain_cost: bool = False,
 ) -> list[Group]:
     if mode == "ratio":
-        return [g for b in bundles for g in _bundle_ratio(b, rounds, baseline, store)]
+        return [g for b in bundles for g in _bundle_ratio(b, rounds, baseline, store, chain_cost)]
     per_bundle = {
         "quick": _bundle_quick,
         "default": _bundle_default,

@@ -7,6 +7,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from bench.peers.ours import NO_CHAIN
+
 NOISY_PCT = 15.0  # other processes took this share of the machine: the figure is suspect
 
 # name -> (numerator, denominator, what); a key is (kind, workers, audit, route, rows, conns)
@@ -29,6 +31,24 @@ RATIOS: dict[str, tuple[Key, Key, str]] = {
         OURS_C32,
         ("baseline", 1, "sqlite", "predict", 1, 32),
         "req/s, single-row /predict c32: this checkout's server vs the --baseline checkout's",
+    ),
+    "ours_nochain_over_bare_c32": (
+        ("ours", 1, NO_CHAIN, "predict", 1, 32),
+        ("bare", 1, "-", "predict", 1, 32),
+        "req/s, single-row /predict c32: ours 1 worker SQLite trail without its chain "
+        "(IABMA_AUDIT_CHAIN=false, benchmarks only) vs the bare peer",
+    ),
+    "chain_on_over_off_c32": (
+        OURS_C32,
+        ("ours", 1, NO_CHAIN, "predict", 1, 32),
+        "req/s, single-row c32, 1 worker SQLite trail: with the chain vs without; "
+        "ours_over_bare_c32 / ours_nochain_over_bare_c32, target >= 0.95",
+    ),
+    "ours_off_over_bare_c32": (
+        ("ours", 1, "off", "predict", 1, 32),
+        ("bare", 1, "-", "predict", 1, 32),
+        "req/s, single-row /predict c32: ours 1 worker with the trail off vs the bare peer; "
+        "target >= 1.05",
     ),
     "audit_sqlite_over_off_c32": (
         OURS_C32,

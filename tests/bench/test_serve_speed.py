@@ -70,6 +70,7 @@ def test_quick_run_measures_every_path(demo_store: Path, tmp_path: Path) -> None
         ("ours", "sqlite", "grpc", 1),
         ("ours", "sqlite", "oip_binary", 1000),
         ("ours", "off", "predict", 1),
+        ("ours", "sqlite-nochain", "predict", 1),
         ("bare", "-", "predict", 1),
         ("ceiling", "-", "predict", 1),
         ("ceiling", "-", "grpc", 1),

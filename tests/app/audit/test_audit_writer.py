@@ -18,6 +18,7 @@ from app.audit.connection import ROWS_PER_STATEMENT
 from app.audit.store import AuditStore
 from app.audit.tables import SqliteInUse
 from app.audit.writer import AuditWriter
+from app.errors import AuditUnavailable
 from app.metrics import ServiceMetrics
 from tests.support.services import PG_DSN, schema_of
 from tests.support.trail import Trail, make_record, open_writer
@@ -162,6 +163,26 @@ def test_a_group_wait_is_bounded_and_a_lone_request_never_waits(pending: int, tr
     assert trail.count() == 2
 
 
+def test_a_full_group_commits_without_waiting_for_the_rest(trail: Trail) -> None:
+    """Groups hold 4 records here: with requests still in flight for the whole group wait,
+    4 records queued commit at once, and the rest in the next group."""
+
+    async def main() -> float:
+        store, writer = open_writer(trail, group_wait=30.0, pending=lambda: 1)
+        t0 = time.monotonic()
+        first = [writer.submit(make_record(f"full-{k}")) for k in range(4)]
+        await asyncio.gather(*first)
+        seconds = time.monotonic() - t0
+        late = writer.submit(make_record("next"))
+        await writer.close()
+        await late
+        store.close()
+        return seconds
+
+    assert asyncio.run(main()) < 5.0
+    assert trail.count() == 5
+
+
 def test_closing_the_writer_ends_a_group_wait(trail: Trail) -> None:
     async def main() -> float:
         store, writer = open_writer(trail, group_wait=30.0, pending=lambda: 1)
@@ -262,3 +283,16 @@ def test_records_are_counted_under_their_own_version(trail: Trail) -> None:
         return dict(metrics.audit_records.pending)
 
     assert asyncio.run(main()) == {("demo", "v1"): 3, ("demo", "v2"): 2}
+
+
+def test_a_closed_writer_refuses_records(trail: Trail) -> None:
+    async def main() -> None:
+        store, writer = open_writer(trail)
+        await writer.submit(make_record("before"))
+        await writer.close()
+        with pytest.raises(AuditUnavailable, match="not running"):
+            writer.submit(make_record("after"))
+        store.close()
+
+    asyncio.run(main())
+    assert trail.count() == 1

@@ -4,6 +4,7 @@ record edited, one deleted and one inserted in the database, each named; exit 1.
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -12,7 +13,8 @@ from app.audit.chain import chain_key
 from app.audit.records import LOG_COLUMNS, now_us
 from app.audit.store import AuditStore
 from app.cli.main import main
-from tests.support.bundles import TEST_HASH_KEY
+from tests.support.bundles import TEST_HASH_KEY, Bundles, make_settings
+from tests.support.harness import AsgiHarness
 from tests.support.services import make_record
 from tests.support.trail import Trail
 
@@ -91,3 +93,27 @@ def test_a_forged_link_and_a_wrong_key_are_caught(
 def test_a_bad_since_is_named(trail: Trail, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["audit-verify", "--audit-url", trail.url, "--since", "yesterday"]) == 2
     assert "--since='yesterday' is not an ISO 8601 time" in capsys.readouterr().err
+
+
+def test_a_server_without_its_chain_writes_records_verify_names(
+    bundles: Bundles,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """IABMA_AUDIT_CHAIN=false is for measuring the chain's cost: its records are still
+    written and read back, and audit-verify names every one of them."""
+    file = tmp_path / "audit.db"
+    url = f"sqlite:///{file}"
+    settings = make_settings(
+        bundles.store, tmp_path, audit_url=url, audit_chain=False, audit_hash_key=TEST_HASH_KEY
+    )
+    with AsgiHarness(settings) as app:
+        for k in range(3):
+            r = app.post("/predict", json={"instances": [{"x1": 0.1 * k, "x2": 0.2}]})
+            assert r.status_code == 200
+        assert app.get("/weights", params={"request_id": r.json()["request_id"]}).is_success
+    monkeypatch.setenv("IABMA_AUDIT_HASH_KEY", TEST_HASH_KEY)
+    code, out = verify(url, capsys)
+    assert code == 1, out
+    assert out.count("(in no link)") == 3, out

@@ -1,0 +1,56 @@
+"""The serve_speed plan and its ratios: the chain's cost is measured in the same run."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from bench.peers.ours import NO_CHAIN, OursSettings, ours_command
+from bench.speed.plan import build_plan
+from bench.speed.report import compute_ratios
+
+
+def test_chain_cost_takes_a_turn_in_every_ratio_round() -> None:
+    plan = build_plan(["demo"], "ratio", rounds=3, chain_cost=True)
+    labels = [g.server.label for g in plan]
+    assert labels.count("demo ours 1w sqlite-nochain") == 3
+    assert labels.count("demo ours 1w sqlite") == 3 and labels.count("demo bare 1w") == 3
+    assert "demo ours 1w sqlite-nochain" not in {
+        g.server.label for g in build_plan(["demo"], "ratio", rounds=3)
+    }
+    default = {g.server.label for g in build_plan(["demo"], "default")}
+    assert "demo ours 1w sqlite-nochain" in default
+
+
+def test_only_the_nochain_server_runs_without_the_chain(tmp_path: Any) -> None:
+    def env(audit: str) -> dict[str, str]:
+        return ours_command(OursSettings(tmp_path, "demo", 1, audit, "sqlite:///x.db"), 1)[1]
+
+    assert env(NO_CHAIN)["IABMA_AUDIT_CHAIN"] == "false"
+    assert env(NO_CHAIN)["IABMA_AUDIT_ENABLED"] == "true"
+    assert "IABMA_AUDIT_CHAIN" not in env("sqlite")
+
+
+def _run(server: str, audit: str, req_per_s: float) -> dict[str, Any]:
+    return {
+        "bundle": "demo",
+        "server": server,
+        "workers": 1,
+        "audit": audit,
+        "route": "predict",
+        "rows": 1,
+        "connections": 32,
+        "req_per_s": req_per_s,
+        "ok": 1,
+    }
+
+
+def test_the_chain_ratio_is_between_the_two_servers_medians() -> None:
+    runs = [
+        *(_run("ours", "sqlite", r) for r in (900.0, 1000.0, 950.0)),
+        *(_run("ours", NO_CHAIN, r) for r in (1000.0, 980.0, 1200.0)),
+        *(_run("bare", "-", r) for r in (1100.0, 1250.0, 1300.0)),
+    ]
+    ratios = compute_ratios(runs, {})["demo"]
+    assert ratios["chain_on_over_off_c32"]["value"] == round(950 / 1000, 3)
+    assert ratios["ours_over_bare_c32"]["value"] == round(950 / 1250, 3)
+    assert ratios["ours_nochain_over_bare_c32"]["value"] == round(1000 / 1250, 3)
