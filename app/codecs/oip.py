@@ -162,10 +162,14 @@ def decode(
         if name in data:
             raise _bad(f"{where}.name", f"feature {name!r} is given twice")
         dtype = t.get("datatype")
-        wanted = "a numeric datatype such as FP32" if name in table.numeric else "BYTES"
-        if (name in table.numeric and dtype not in NUMERIC_TYPES) or (
-            name not in table.numeric and dtype != "BYTES"
-        ):
+        numeric = name in table.numeric
+        wanted = "a numeric datatype such as FP32" if numeric else "BYTES"
+        # A string first: an object or array is unhashable, and `in` a set raised on it.
+        if not isinstance(dtype, str):
+            raise _bad(
+                f"{where}.datatype", f"feature {name!r} needs {wanted}, got {json_type(dtype)}"
+            )
+        if (numeric and dtype not in NUMERIC_TYPES) or (not numeric and dtype != "BYTES"):
             raise _bad(f"{where}.datatype", f"feature {name!r} needs {wanted}, got {dtype!r}")
         n = _rows(t.get("shape"), f"{where}.shape")
         if n_rows is not None and n != n_rows:

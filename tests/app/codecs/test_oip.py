@@ -176,6 +176,11 @@ def _x(data: list[Any], name: str = "x1", dtype: str = "FP32", shape: Any = None
             {"inputs": [_x(["a"], dtype="BYTES"), _x([1.0], "x2")]},
             "inputs[0].datatype: feature 'x1' needs a numeric datatype",
         ),
+        # Was a 500 (schemathesis): an object where the datatype goes.
+        (
+            {"inputs": [_x([1.0], dtype={"a": 1}), _x([1.0], "x2")]},  # type: ignore[arg-type]
+            "inputs[0].datatype: feature 'x1' needs a numeric datatype such as FP32, got an object",
+        ),
         (
             {"inputs": [_x([1.0, 2.0]), _x([1.0], "x2")]},
             "inputs[1].shape: has 1 rows but the first tensor has 2",
