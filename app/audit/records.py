@@ -64,7 +64,7 @@ def _blob(a: np.ndarray) -> bytes:
 
 # Not frozen: a frozen dataclass sets each of its 17 fields through object.__setattr__,
 # and the record is made on the event loop for every prediction (2.7 against 0.9 us).
-# Nothing changes a record once it is queued. Service.submit_record passes the fields
+# Nothing changes a record once it is queued. app.core.trail.make_record passes the fields
 # positionally: a new one goes last, with a default.
 @dataclass(slots=True)
 class AuditRecord:
