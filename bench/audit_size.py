@@ -137,18 +137,19 @@ def markdown(report: dict) -> str:
         first = loads[0]
         lines += [
             "",
-            f"/predict under wrk ({first['seconds']:g} s a load) on a copy of the SQLite trail, "
-            f"idle vs while another process (nice {first['mover_nice']}) archived the older "
-            "half and pruned the rest (its rates under that load):",
+            f"/predict under wrk ({first['seconds']:g} s a load) on a seeded trail (SQLite: a "
+            f"copy), idle vs while another process (nice {first['mover_nice']}) archived the "
+            "older half and pruned the rest (its rates under that load):",
             "",
-            "| connections | idle req/s | idle p99 ms | during req/s | during p99 ms "
+            "| trail | connections | idle req/s | idle p99 ms | during req/s | during p99 ms "
             "| p99 ratio (target <= 1.10) | archive /s | prune /s | failures |",
-            "|--:|--:|--:|--:|--:|--:|--:|--:|--:|",
+            "|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|",
         ]
         for r in loads:
             i, d, m = r["idle"], r["during"], r["move_out"]
             lines.append(
-                f"| {r['connections']} | {i['req_per_s']:,.0f} | {i['p99']:.2f} "
+                f"| {r.get('trail', 'sqlite')} | {r['connections']} | {i['req_per_s']:,.0f} "
+                f"| {i['p99']:.2f} "
                 f"| {d['req_per_s']:,.0f} | {d['p99']:.2f} | {r['p99_ratio']:.2f} "
                 f"| {m['archive_per_s']:,.0f} | {m['prune_per_s']:,.0f} "
                 f"| {i['failures'] + d['failures']} |"
@@ -187,10 +188,18 @@ def main() -> None:
             for conns in [int(c) for c in args.load_connections.split(",")]:
                 trail = work / f"load-{conns}.db"  # each load moves out a fresh copy
                 shutil.copyfile(keep, trail)
-                report["load"].append(p99_while_moving(
+                report["load"].append({"trail": "sqlite", **p99_while_moving(
                     args.store, f"sqlite:///{trail}", work, args.load_seconds, conns,
                     warmup=2.0, nice=args.mover_nice,
-                ))  # fmt: skip
+                )})  # fmt: skip
+                if args.skip_postgres:
+                    continue
+                with fresh_schema() as url:  # seeded afresh: the mover empties it
+                    seed(version_dir, url, args.records, 30, np.random.default_rng(0), rows=1)
+                    report["load"].append({"trail": "postgresql", **p99_while_moving(
+                        args.store, url, work, args.load_seconds, conns,
+                        warmup=2.0, nice=args.mover_nice,
+                    )})  # fmt: skip
     write_results(args.out, f"audit_size-{started}", report, markdown(report))
 
 
