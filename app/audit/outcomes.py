@@ -38,8 +38,8 @@ def _by_ids(
 ) -> list[tuple[Any, ...]]:
     """``head WHERE [model = ? AND] request_id IN (...)``. Plain SQL: a thousand bound ids
     cost SQLAlchemy's expanding parameters more than the search. PostgreSQL takes the ids
-    as one array (psycopg parses every placeholder of a long statement anew: 14 ms for a
-    thousand); SQLite as placeholders, in chunks."""
+    as one array (psycopg parses every bound parameter of a long statement anew: 14 ms
+    for a thousand); SQLite as bound parameters, in chunks."""
     first = (model,) if model is not None else ()
     on_model = "model = {} AND " if model is not None else ""
     if conn.dialect.name == "postgresql":

@@ -55,7 +55,7 @@ def version_key(
 
 class WriterVersions:
     """The writer's ids, found or added through a raw DBAPI cursor (``marker`` is the
-    driver's placeholder); used by the writer thread alone."""
+    driver's parameter marker); used by the writer thread alone."""
 
     def __init__(self, marker: str) -> None:
         self._ids: dict[tuple[Any, ...], int] = {}

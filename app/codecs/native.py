@@ -117,7 +117,8 @@ def _header(model: LoadedModel, request_id: str) -> bytes:
 
 
 _HEADER = "native_header"
-_ID = "\u0000"  # a placeholder: no request id, model name or version holds a NUL
+# Stands in for the request id in the cached header; no id, model name or version holds a NUL.
+_ID = "\u0000"
 _ID_TOKEN = orjson.dumps(_ID)[1:-1]
 
 

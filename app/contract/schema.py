@@ -89,7 +89,8 @@ class Components:
         """A reference to ``cls``'s component, made on first use."""
         name = cls.__name__
         if name not in self.schemas:
-            self.schemas[name] = {}  # a placeholder while the fields are made
+            # Reserved first, so a field that refers back to the class stops here.
+            self.schemas[name] = {}
             self.schemas[name] = self._object(cls)
         return ref(name)
 
