@@ -130,17 +130,22 @@ class AuditWriter:
             first = self._next()
             if first is _STOP:
                 break
-            batch = [first]
-            while len(batch) < self.batch_max:
-                try:
-                    item = self._queue.get_nowait()
-                except queue.Empty:
-                    break
-                if item is _STOP:
-                    stopping = True
-                    break
-                batch.append(item)
+            more, stopping = self._take(self.batch_max - 1)
+            batch = [first, *more]
             stopping = self._commit(batch, gather=not stopping) or stopping
+
+    def _take(self, room: int) -> tuple[list[_Item], bool]:
+        """Up to ``room`` items already queued, without waiting; True if a stop came."""
+        items: list[_Item] = []
+        while len(items) < room:
+            try:
+                item = self._queue.get_nowait()
+            except queue.Empty:
+                break
+            if item is _STOP:
+                return items, True
+            items.append(item)
+        return items, False
 
     def _next(self) -> _Item | None:
         """The next queued item; while commits fail, a probe commit whenever none comes for
@@ -225,19 +230,14 @@ class AuditWriter:
         """
         deadline = time.monotonic() + self.group_wait
         while True:
-            while len(batch) < self.batch_max:
-                try:
-                    item = self._queue.get_nowait()
-                except queue.Empty:
-                    break
-                if item is _STOP:
-                    return True
-                if not self._in_time([item]):
-                    continue
+            more, stop = self._take(self.batch_max - len(batch))
+            for item in self._in_time(more) if more else ():
                 batch.append(item)
                 self._in_commit = len(batch)
                 if item[2] is not None:
                     rows.extend(self._rows(batch[len(rows) :]))
+            if stop:
+                return True
             if not self._group_wait.wait(self.batch_max - len(batch), deadline):
                 return False
 
