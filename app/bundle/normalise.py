@@ -35,7 +35,7 @@ Decimal = Literal[".", ","]
 def json_repr(value: object) -> str:
     """A value as a client would recognise it in an error message."""
     if isinstance(value, str):
-        return f'"{visible(value[:40])}"' + ("..." if len(value) > 40 else "")
+        return quoted(value[:40]) + ("..." if len(value) > 40 else "")
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, (int, float)):
@@ -71,6 +71,12 @@ def visible(text: str) -> str:
         else:
             out.append(ch)
     return "".join(out)
+
+
+def quoted(text: str) -> str:
+    """``text`` in double quotes as JSON writes a string: a quote or backslash in it
+    escaped, so that a category ``"q"`` shows as ``"\\"q\\""``, then :func:`visible`."""
+    return '"' + visible(text.replace("\\", "\\\\").replace('"', '\\"')) + '"'
 
 
 def loose(text: str) -> str:
@@ -174,7 +180,7 @@ class CategoryMap:
         object.__setattr__(self, "_by_value", {k: v for k, v in by_value.items() if v is not None})
 
     def shown(self, limit: int = 20) -> str:
-        head = ", ".join(f'"{visible(c)}"' for c in self.categories[:limit])
+        head = ", ".join(quoted(c) for c in self.categories[:limit])
         more = len(self.categories) - limit
         return f"[{head}{f', ... {more} more' if more > 0 else ''}]"
 

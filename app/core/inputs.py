@@ -18,7 +18,15 @@ import numpy as np
 
 from app.bundle.columns import Columns, numeric_column, string_column
 from app.bundle.manifest import Manifest
-from app.bundle.normalise import CategoryMap, Normaliser, Problem, json_repr, loose, visible
+from app.bundle.normalise import (
+    CategoryMap,
+    Normaliser,
+    Problem,
+    json_repr,
+    loose,
+    quoted,
+    visible,
+)
 from app.errors import Fault, InvalidInput
 
 FLOAT32_MAX = 3.4028234663852886e38
@@ -113,9 +121,7 @@ class FeatureTable:
                 )
         if near is None or near == key:
             return ""
-        return (
-            f'{seen}; did you mean "{visible(near)}"? names match exactly, spaces and case included'
-        )
+        return f"{seen}; did you mean {quoted(near)}? names match exactly, spaces and case included"
 
     def number(self, value: Any) -> tuple[float | None, Problem | None]:
         if isinstance(value, NonFinite):

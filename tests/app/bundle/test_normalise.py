@@ -104,3 +104,12 @@ def test_two_categories_with_one_value_make_a_number_ambiguous() -> None:
     assert cmap.lookup(1.5)[1] is not None  # neither is its text, and both are its value
     assert cmap.lookup("1.50") == ("1.50", None)
     assert CategoryMap(("1.5", "1.50"), DEFAULT).lookup(1.5) == ("1.5", None)  # same text
+
+
+def test_a_category_with_quotes_is_shown_escaped() -> None:
+    """A CSV cell ``"q"`` (quotes and all) is a category of its own; the message writes it
+    as JSON would, not as ``""q""``."""
+    cmap = CategoryMap(('"q"', "back\\slash"), DEFAULT)
+    _, (_, message) = cmap.lookup('say "hi"')  # type: ignore[misc]  # a problem is expected
+    known = '["\\"q\\"", "back\\\\slash"]'
+    assert message.startswith(f'unknown category "say \\"hi\\""; known: {known}')
