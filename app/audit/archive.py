@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
+import os
 import queue
 import threading
 from collections.abc import Callable, Iterator
@@ -52,6 +53,17 @@ def _sha256(path: Path) -> str:
         for block in iter(lambda: fh.read(1 << 20), b""):
             h.update(block)
     return h.hexdigest()
+
+
+def _sync(path: Path) -> None:
+    """Put a file, or a directory's entries, on the disk: ``--delete`` may remove records
+    only once their archive would outlive a crash. Each file as soon as it is written,
+    so that the disk takes the archive in pieces rather than at once."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 @dataclass
@@ -137,6 +149,7 @@ def _write_records(
             path = out / day / f"{version}.parquet"
             path.parent.mkdir(parents=True, exist_ok=True)
             pq.write_table(table, path)
+            _sync(path)
             written.files.append({"file": str(path.relative_to(out)), "day": day,
                                   "rows": table.num_rows})  # fmt: skip
             written.records += table.num_rows
@@ -200,6 +213,9 @@ def write(
         },
     }
     (out / MANIFEST).write_text(json.dumps(manifest, indent=1), encoding="utf-8")
+    days = {(out / item["file"]).parent for item in written.files}
+    for path in (out / LINKS_FILE, out / MANIFEST, *days, out):
+        _sync(path)
     return written, ends
 
 

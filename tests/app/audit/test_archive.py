@@ -111,3 +111,29 @@ def test_check_names_a_record_moved_to_another_link(trail: Trail, tmp_path: Path
     said = archive.check(out, KEY).findings
     assert any(s.startswith("deleted: record 1 of 3 of chain") for s in said), said
     assert any("inserted:" in s and "'r0-0'" in s for s in said), said
+
+
+def test_every_archive_file_and_directory_reaches_the_disk(
+    trail: Trail, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``--delete`` trusts the archive to outlive a crash: each file, and the directories
+    holding them, is fsynced before write returns."""
+    now = now_us()
+    store = _fill(trail, now - 10 * DAY_US, groups=3, size=4)
+    synced: list[Path] = []
+    real = archive.os.fsync
+
+    def fsync(fd: int) -> None:
+        synced.append(Path(archive.os.readlink(f"/proc/self/fd/{fd}")))
+        real(fd)
+
+    monkeypatch.setattr(archive.os, "fsync", fsync)
+    out = tmp_path / "archive"
+    written, _ = archive.write(store.engine, now - DAY_US, out)
+    assert written.records == 12
+    files = {out / item["file"] for item in written.files}
+    want = files | {out / archive.LINKS_FILE, out / archive.MANIFEST, out}
+    want |= {f.parent for f in files}
+    assert want <= set(synced), want - set(synced)
+    # Each file when written, before the manifest that names it.
+    assert max(synced.index(f) for f in files) < synced.index(out / archive.MANIFEST)
