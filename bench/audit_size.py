@@ -73,8 +73,9 @@ def sqlite_size(version_dir: Path, n: int, work: Path, keep: Path | None) -> dic
 
 def move_out(url: str, n: int | None, work: Path) -> dict[str, float]:
     """Archive (write, check, delete) the older half of the trail, then prune the rest:
-    records per second of each (``n``: the records the trail must have held)."""
-    engine = make_engine(url, 30.0)
+    records per second of each (``n``: the records the trail must have held), as
+    ``iabma audit-archive --delete`` and retention do it."""
+    engine = make_engine(url, 30.0, mover=True)
     key = chain_key(SEED_HASH_KEY)
     try:
         with engine.connect() as conn:

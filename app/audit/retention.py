@@ -21,7 +21,7 @@ from typing import Any
 from sqlalchemy import Engine, Table, and_, delete, false, insert, or_, select
 
 from app.audit.chain import cut_mac
-from app.audit.tables import cuts, links, outcomes, records
+from app.audit.tables import cuts, links, make_engine, outcomes, records
 
 log = logging.getLogger("iabma.audit")
 BATCH = 2_000
@@ -162,12 +162,31 @@ EVERY_S = 300.0
 
 
 async def run(
-    engine: Engine, key: bytes, days: float, now_us: Callable[[], int], every_s: float = EVERY_S
+    url: str,
+    timeout_seconds: float,
+    key: bytes,
+    days: float,
+    now_us: Callable[[], int],
+    every_s: float = EVERY_S,
 ) -> None:
-    """The server's task: prune now and then, on a worker thread, for ever."""
+    """The server's task: prune the trail at ``url`` now and then, on a worker thread, for
+    ever, through an engine of its own whose commits do not wait for the disk
+    (:func:`app.audit.tables.make_engine`'s ``mover``)."""
     import asyncio
 
-    await asyncio.sleep(min(FIRST_AFTER_S, every_s))
+    engine = make_engine(url, timeout_seconds, mover=True)
+    try:
+        await asyncio.sleep(min(FIRST_AFTER_S, every_s))
+        await _rounds(engine, key, days, now_us, every_s)
+    finally:
+        engine.dispose()
+
+
+async def _rounds(
+    engine: Engine, key: bytes, days: float, now_us: Callable[[], int], every_s: float
+) -> None:
+    import asyncio
+
     while True:
         before = now_us() - round(days * DAY_US)
         try:

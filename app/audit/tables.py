@@ -187,16 +187,24 @@ watermarks = Table(
 )
 
 
-def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
-    cur = dbapi_conn.cursor()
-    # WAL lets /weights read while a commit is in flight; synchronous=FULL makes each
-    # group commit durable before the responses go out.
-    cur.execute("PRAGMA journal_mode=WAL")
-    cur.execute("PRAGMA synchronous=FULL")
-    cur.close()
+def _sqlite_pragmas(synchronous: str) -> Any:
+    def on_connect(dbapi_conn: Any, _record: Any) -> None:
+        cur = dbapi_conn.cursor()
+        # WAL lets /weights read while a commit is in flight.
+        cur.execute("PRAGMA journal_mode=WAL")
+        cur.execute(f"PRAGMA synchronous={synchronous}")
+        cur.close()
+
+    return on_connect
 
 
-def make_engine(url: str, timeout_seconds: float) -> Engine:
+def make_engine(url: str, timeout_seconds: float, mover: bool = False) -> Engine:
+    """The trail's engine. On SQLite each commit reaches the disk before it returns
+    (``synchronous=FULL``: a group commit is durable before its answers go out), except
+    with ``mover``, for retention's and the archive's deletes (``NORMAL``): their fsyncs
+    would queue the server's. A crash then loses at most the last batches, whose records
+    come back and go the next time; the WAL keeps commits in order, so never deletes
+    without the cut written before them."""
     u = make_url(url)
     if u.get_backend_name() == "sqlite":
         assert u.database is not None  # Settings refuses in-memory trails
@@ -204,7 +212,7 @@ def make_engine(url: str, timeout_seconds: float) -> Engine:
         engine = create_engine(
             u, connect_args={"check_same_thread": False, "timeout": timeout_seconds}
         )
-        event.listen(engine, "connect", _sqlite_pragmas)
+        event.listen(engine, "connect", _sqlite_pragmas("NORMAL" if mover else "FULL"))
         return engine
     args: dict[str, Any] = {}
     if "connect_timeout" not in u.query:

@@ -56,7 +56,7 @@ def run(args: argparse.Namespace) -> int:
     before = parse_time("--before", args.before)
     if (args.out / archive.MANIFEST).exists():
         raise CommandError(option_fault("--out", str(args.out), "holds an archive already"))
-    engine, key = open_trail(args.audit_url)
+    engine, key = open_trail(args.audit_url, mover=args.delete)
     try:
         t0 = time.perf_counter()
         written, ends = archive.write(engine, before, args.out)

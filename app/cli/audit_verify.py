@@ -60,14 +60,15 @@ def trail_key(audit_url: str | None) -> tuple[Any, bytes]:
     return settings, chain_key(key)
 
 
-def open_trail(audit_url: str | None) -> tuple[Any, bytes]:
-    """The trail's engine and its chain key, from the option or IABMA_AUDIT_URL."""
+def open_trail(audit_url: str | None, mover: bool = False) -> tuple[Any, bytes]:
+    """The trail's engine and its chain key, from the option or IABMA_AUDIT_URL
+    (``mover``: for deleting, :func:`app.audit.tables.make_engine` says why)."""
     from sqlalchemy import inspect
 
     from app.audit.tables import make_engine, records
 
     settings, key = trail_key(audit_url)
-    engine = make_engine(settings.audit_url, settings.audit_timeout_seconds)
+    engine = make_engine(settings.audit_url, settings.audit_timeout_seconds, mover)
     if not inspect(engine).has_table(records.name):
         engine.dispose()
         shown = audit_url or "IABMA_AUDIT_URL"

@@ -72,7 +72,10 @@ async def open_trail(
     )
     writer.start()
     days = settings.audit_retention_days
-    task = retention.run(store.engine, chain, days, now_us) if days is not None else None
+    task = None
+    if days is not None:
+        url, timeout = settings.audit_url, settings.audit_timeout_seconds
+        task = retention.run(url, timeout, chain, days, now_us)
     return Trail(key if settings.audit_payload != "off" else b"", store, writer, task)
 
 
