@@ -12,6 +12,7 @@ cores. The run matrix is in ``bench/speed/plan.py``; results go to
     .venv/bin/python bench/serve_speed.py --oip --bundles demo   # the OIP targets, ~2 min
     .venv/bin/python bench/serve_speed.py --ratio --bundles demo --rounds 5   # ours/bare, ~5 min
     .venv/bin/python bench/serve_speed.py --ratio --chain-cost --bundles demo   # + chain cost
+    .venv/bin/python bench/serve_speed.py --scaling --bundles demo   # 2 workers vs 1, PostgreSQL
 
 gRPC is loaded by h2load (``bench/loadgen/h2load.py``), binary OIP bodies by wrk with
 ``frames.lua``.
@@ -83,6 +84,7 @@ def measure(srv: Launched, run: Run, b: BundleCtx, args: argparse.Namespace) -> 
         **res.as_dict(),
         "rows_per_s": round(res.req_per_s * run.rows, 1),
         "cpu": {**cpu, **quiet},
+        "cpus": os.cpu_count(),
     }
 
 
@@ -213,7 +215,13 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         action="store_true",
         help="only ours/bare at single-row c32, in --rounds alternating rounds (medians)",
     )
-    p.add_argument("--rounds", type=int, default=3, help="rounds of --ratio (default 3)")
+    mode.add_argument(
+        "--scaling",
+        action="store_true",
+        help="only 1 and 2 workers on a PostgreSQL trail (and the bare peer's), single-row "
+        "c32, in --rounds alternating rounds, with what 2 workers could reach at most",
+    )
+    p.add_argument("--rounds", type=int, default=3, help="rounds of --ratio or --scaling (3)")
     p.add_argument(
         "--chain-cost",
         action="store_true",
@@ -244,7 +252,13 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     p.add_argument("--skip-mlserver", action="store_true")
     args = p.parse_args(argv)
-    modes = {"quick": args.quick, "full": args.full, "oip": args.oip, "ratio": args.ratio}
+    modes = {
+        "quick": args.quick,
+        "full": args.full,
+        "oip": args.oip,
+        "ratio": args.ratio,
+        "scaling": args.scaling,
+    }
     args.mode = next((name for name, on in modes.items() if on), "default")
     if args.rounds < 1:
         p.error("--rounds is at least 1")

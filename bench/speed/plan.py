@@ -23,6 +23,10 @@ worker on a SQLite trail written without its chain (``sqlite-nochain``,
 ``IABMA_AUDIT_CHAIN=false``, never for production) at single-row c32, in the default
 matrix and, with ``--chain-cost``, in every ``--ratio`` round.
 
+``--scaling`` runs ours on a PostgreSQL trail with 1 and 2 workers (and the bare peer with
+1 and 2) at single-row c32, in ``--rounds`` alternating rounds; the report adds what 2
+workers could reach at most, from the CPU time a request took with one.
+
 ``--ratio`` runs only the headline ratio, ours (1 worker, SQLite trail) against the bare
 peer at single-row c32, in ``--rounds`` alternating rounds, so that both see the machine's
 slow spells alike; the ratio is taken between the two servers' medians. With
@@ -175,6 +179,19 @@ def _bundle_ratio(
     return turn * rounds
 
 
+def _bundle_scaling(b: str, rounds: int) -> list[Group]:
+    """Ours on a PostgreSQL trail with 1 and 2 workers, single-row c32, ``rounds`` times in
+    turn, with the bare peer's 1 and 2 workers beside them (what 2 cores give at best)."""
+    load = [("predict", 1, [32])]
+    turn = [
+        _group(ServerSpec("ours", b, 1, "postgres"), load),
+        _group(ServerSpec("ours", b, 2, "postgres"), load),
+        _group(ServerSpec("bare", b), load),
+        _group(ServerSpec("bare", b, 2), load),
+    ]
+    return turn * rounds
+
+
 def build_plan(
     bundles: Sequence[str],
     mode: str,
@@ -185,6 +202,8 @@ def build_plan(
 ) -> list[Group]:
     if mode == "ratio":
         return [g for b in bundles for g in _bundle_ratio(b, rounds, baseline, store, chain_cost)]
+    if mode == "scaling":
+        return [g for b in bundles for g in _bundle_scaling(b, rounds)]
     per_bundle = {
         "quick": _bundle_quick,
         "default": _bundle_default,
@@ -197,7 +216,7 @@ def build_plan(
 # Rough costs for the up-front estimate, measured on this 2-core machine.
 START_S = {"ours": 4.0, "baseline": 4.0, "bare": 3.0, "mlserver": 12.0, "ceiling": 2.0}
 RUN_OVERHEAD_S = 1.0  # pre-flight request, wrk start-up, parsing
-FLOOR_S = {"quick": 3.0, "default": 15.0, "full": 15.0, "oip": 15.0, "ratio": 15.0}
+FLOOR_S = {"quick": 3.0, "default": 15.0, "full": 15.0, "oip": 15.0, "ratio": 15.0, "scaling": 15.0}
 
 
 def estimate_seconds(plan: Sequence[Group], duration: float, warmup: float, mode: str) -> float:

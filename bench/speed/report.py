@@ -147,6 +147,7 @@ def compute_ratios(
             a, b = by_key.get(num), by_key.get(den)
             value = round(a["req_per_s"] / b["req_per_s"], 3) if a and b else None
             ratios[name] = {"value": value, "what": what}
+        ratios.update(_scaling_bound(by_key))
         floor = floors.get(bundle, {}).get("1000")
         for route, name, answer in (
             ("predict", "http_1000_over_floor", "rows"),
@@ -166,6 +167,40 @@ def compute_ratios(
                     f"trail): HTTP p50 / {how}",
                 }
         out[bundle] = ratios
+    return out
+
+
+def _cpu_us(run: dict[str, Any], cpus: int) -> float:
+    """The machine's CPU time per request in a run, in µs: server, wrk and the rest (on a
+    PostgreSQL trail, mostly PostgreSQL)."""
+    cpu = run["cpu"]
+    busy = (cpu["server_pct"] + cpu["wrk_pct"] + cpu["other_pct"]) / 100
+    return busy * cpus * 1e6 / run["req_per_s"]
+
+
+def _scaling_bound(by_key: dict[Key, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """What two workers on a PostgreSQL trail could reach at most on this machine: its
+    cores over the CPU time a request took with one worker (a request costs no less with
+    two: each writer's groups are smaller)."""
+    one = by_key.get(("ours", 1, "postgres", "predict", 1, 32))
+    two = by_key.get(("ours", 2, "postgres", "predict", 1, 32))
+    if not one or "cpus" not in one:
+        return {}
+    us1 = _cpu_us(one, one["cpus"])
+    out = {
+        "workers_2_over_1_postgres_c32_bound": {
+            "value": round(one["cpus"] * 1e6 / us1 / one["req_per_s"], 3),
+            "what": f"the most workers_2_over_1_postgres_c32 can reach here: {one['cpus']} "
+            f"cores / {us1:.0f} µs of CPU a request with one worker (server, wrk, "
+            "PostgreSQL), over one worker's req/s",
+        }
+    }
+    if two:
+        out["cpu_us_per_request_postgres_2_over_1"] = {
+            "value": round(_cpu_us(two, two["cpus"]) / us1, 3),
+            "what": f"CPU a request, 2 workers vs 1, PostgreSQL trail: "
+            f"{_cpu_us(two, two['cpus']):.0f} against {us1:.0f} µs",
+        }
     return out
 
 
