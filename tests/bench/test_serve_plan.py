@@ -54,3 +54,23 @@ def test_the_chain_ratio_is_between_the_two_servers_medians() -> None:
     assert ratios["chain_on_over_off_c32"]["value"] == round(950 / 1000, 3)
     assert ratios["ours_over_bare_c32"]["value"] == round(950 / 1250, 3)
     assert ratios["ours_nochain_over_bare_c32"]["value"] == round(1000 / 1250, 3)
+
+
+def test_scaling_alternates_one_and_two_workers_and_bounds_the_ratio() -> None:
+    plan = build_plan(["demo"], "scaling", rounds=2)
+    labels = [g.server.label for g in plan]
+    assert labels == [
+        "demo ours 1w postgres", "demo ours 2w postgres", "demo bare 1w", "demo bare 2w"
+    ] * 2  # fmt: skip
+
+    def run(workers: int, req_per_s: float, server_pct: float) -> dict[str, Any]:
+        cpu = {"server_pct": server_pct, "wrk_pct": 5.0, "other_pct": 5.0}
+        r = {**_run("ours", "postgres", req_per_s), "workers": workers, "cpu": cpu, "cpus": 2}
+        return r
+
+    # One worker used 60% of two cores for 1,000 req/s: 1,200 µs a request, so two cores
+    # give at most 1,666 req/s, 1.67x; two workers that used 90% for 1,400 spent 1,286 µs.
+    ratios = compute_ratios([run(1, 1000.0, 50.0), run(2, 1400.0, 80.0)], {})["demo"]
+    assert ratios["workers_2_over_1_postgres_c32"]["value"] == 1.4
+    assert ratios["workers_2_over_1_postgres_c32_bound"]["value"] == 1.667
+    assert ratios["cpu_us_per_request_postgres_2_over_1"]["value"] == 1.071
