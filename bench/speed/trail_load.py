@@ -13,6 +13,7 @@ import json
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -37,30 +38,33 @@ def p99_while_moving(
     connections: int,
     warmup: float,
     nice: int = 0,
+    mover: Sequence[str] = (),
 ) -> dict[str, Any]:
     """p99 of single-row ``/predict`` idle and while the trail at ``url`` is moved out by
-    a process of niceness ``nice``."""
+    a process of niceness ``nice`` (``mover``: another command in its place, whose last
+    line of output, if any, is JSON)."""
     ctx, _ = prepare_bundle(store, "demo", work)
     body = ctx.bodies["native", 1]
     with serve(store, "demo", url, work) as base:
         if warmup > 0:
             run_wrk(base + "/predict", body, connections, warmup)
         idle = _load(base, body, connections, seconds)
-        argv = ["nice", "-n", str(nice), sys.executable, str(REPO / "bench" / "audit_size.py")]
-        argv += ["--move-out", url]
+        argv = ["nice", "-n", str(nice)]
+        argv += mover or [sys.executable, str(REPO / "bench" / "audit_size.py"), "--move-out", url]
         t0 = time.perf_counter()
-        mover = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.PIPE, text=True)
+        process = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.PIPE, text=True)
         try:
             during = _load(base, body, connections, seconds)
-            out, _ = mover.communicate(timeout=MOVER_TIMEOUT_S)
+            out, _ = process.communicate(timeout=MOVER_TIMEOUT_S)
         finally:
-            if mover.poll() is None:
-                mover.kill()
-                mover.wait()
+            if process.poll() is None:
+                process.kill()
+                process.wait()
         moved_s = time.perf_counter() - t0
-    if mover.returncode != 0:
-        raise RuntimeError(f"the archive and prune process exited {mover.returncode}")
-    moved = json.loads(out.strip().splitlines()[-1])
+    if process.returncode != 0:
+        raise RuntimeError(f"{argv[3:]} exited {process.returncode}")
+    lines = out.strip().splitlines()
+    moved = json.loads(lines[-1]) if lines else {}
     return {
         "seconds": seconds,
         "connections": connections,
