@@ -40,7 +40,7 @@ from app.audit.verify import verify  # noqa: E402
 from bench.peers.postgres import _connect, fresh_schema  # noqa: E402
 from bench.speed.bundles import ensure_bundle  # noqa: E402
 from bench.speed.report import write_results  # noqa: E402
-from bench.speed.trail import SEED_HASH_KEY, seed  # noqa: E402
+from bench.speed.trail import SEED_HASH_KEY, seed, span  # noqa: E402
 from bench.speed.trail_load import p99_while_moving  # noqa: E402
 
 
@@ -78,11 +78,7 @@ def move_out(url: str, n: int | None, work: Path) -> dict[str, float]:
     engine = make_engine(url, 30.0, mover=True)
     key = chain_key(SEED_HASH_KEY)
     try:
-        with engine.connect() as conn:
-            lo, hi = conn.exec_driver_sql(
-                "SELECT min(created_us), max(created_us) FROM iabma_audit_log"
-            ).one()
-        middle = (int(lo) + int(hi)) // 2
+        middle, hi = span(engine)
         t0 = time.perf_counter()
         written, ends = archive.write(engine, middle, work / "archive")
         report = archive.check(work / "archive", key)
@@ -90,7 +86,7 @@ def move_out(url: str, n: int | None, work: Path) -> dict[str, float]:
         gone = archive.delete_archived(engine, key, middle, ends)
         archived_s = time.perf_counter() - t0
         t1 = time.perf_counter()
-        pruned = prune(engine, key, int(hi) + 1)
+        pruned = prune(engine, key, hi + 1)
         pruned_s = time.perf_counter() - t1
         assert n is None or gone + pruned.records == n, (gone, pruned.records)
     finally:

@@ -40,7 +40,7 @@ if str(REPO) not in sys.path:
 
 from bench.speed.bundles import ensure_bundle  # noqa: E402
 from bench.speed.report import write_results  # noqa: E402
-from bench.speed.trail import SEED_HASH_KEY, seed  # noqa: E402
+from bench.speed.trail import SEED_HASH_KEY, seed, span  # noqa: E402
 from bench.speed.trail_load import p99_while_moving  # noqa: E402
 
 KINDS = ("none", "cpu", "disk", "write", "prune", "move")
@@ -68,15 +68,9 @@ def part(kind: str, url: str) -> dict[str, float]:
             os.fsync(fh.fileno())
         path.unlink()
     elif kind in ("write", "prune"):
-        # As the archive's and retention's own runs would: the older half of the trail,
-        # not the links the server is writing now.
         engine = make_engine(url, 30.0, mover=True)
         try:
-            with engine.connect() as conn:
-                lo, hi = conn.exec_driver_sql(
-                    "SELECT min(created_us), max(created_us) FROM iabma_audit_log"
-                ).one()
-            middle = (int(lo) + int(hi)) // 2
+            middle, _ = span(engine)
             key = chain_key(SEED_HASH_KEY)
             if kind == "prune":
                 pruned = prune(engine, key, middle).records

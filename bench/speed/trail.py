@@ -105,6 +105,16 @@ def seed(
     }
 
 
+def span(engine: Any) -> tuple[int, int]:
+    """The middle of a trail's times (where the benchmarks archive up to: its older half,
+    not the links a server writes meanwhile) and its newest time."""
+    with engine.connect() as conn:
+        lo, hi = conn.exec_driver_sql(
+            "SELECT min(created_us), max(created_us) FROM iabma_audit_log"
+        ).one()
+    return (int(lo) + int(hi)) // 2, int(hi)
+
+
 @contextmanager
 def serve(
     store: Path,

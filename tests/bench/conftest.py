@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -22,3 +23,12 @@ def demo_store(tmp_path: Path) -> Path:
         cwd=REPO, check=True, timeout=300, capture_output=True,
     )  # fmt: skip
     return store
+
+
+@pytest.fixture
+def wrk() -> str:
+    """wrk's path: the loads need it, and its absence fails rather than skips."""
+    path = shutil.which("wrk")
+    if path is None:
+        pytest.fail("wrk is missing; `make sysdeps` (run by `make test`) installs it")
+    return path

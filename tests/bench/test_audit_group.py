@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import pytest
@@ -13,11 +12,10 @@ from tests.support.bench import run_bench
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
+@pytest.mark.usefixtures("wrk")
 def test_quick_run_measures_every_trail_with_and_without_the_wait(
     demo_store: Path, tmp_path: Path
 ) -> None:
-    if shutil.which("wrk") is None:
-        pytest.fail("wrk is missing; `make sysdeps` (run by `make test`) installs it")
     out = tmp_path / "out"
     args = ["--quick", "--waits", "3", "--store", str(demo_store), "--out", str(out)]
     run_bench("audit_group.py", *args, timeout=400)

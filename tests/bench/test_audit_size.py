@@ -5,7 +5,6 @@ another process moves it out; the figures go to a JSON and a markdown file."""
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import pytest
@@ -15,9 +14,8 @@ from tests.support.bench import run_bench
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
+@pytest.mark.usefixtures("wrk")
 def test_small_run_writes_every_figure(demo_store: Path, tmp_path: Path) -> None:
-    if shutil.which("wrk") is None:
-        pytest.fail("wrk is missing; `make sysdeps` (run by `make test`) installs it")
     out = tmp_path / "out"
     run_bench(
         "audit_size.py", "--records", "3000", "--load-seconds", "1", "--load-connections",

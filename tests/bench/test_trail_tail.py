@@ -4,7 +4,6 @@ against a real server and wrk, and what the archive and prune controls did to th
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import pytest
@@ -14,9 +13,8 @@ from tests.support.bench import run_bench
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
+@pytest.mark.usefixtures("wrk")
 def test_small_run_sets_every_control_side_by_side(demo_store: Path, tmp_path: Path) -> None:
-    if shutil.which("wrk") is None:
-        pytest.fail("wrk is missing; `make sysdeps` (run by `make test`) installs it")
     out = tmp_path / "out"
     run_bench(
         "trail_tail.py", "--records", "2000", "--seconds", "1", "--store", str(demo_store),
