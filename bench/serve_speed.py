@@ -13,6 +13,7 @@ cores. The run matrix is in ``bench/speed/plan.py``; results go to
     .venv/bin/python bench/serve_speed.py --ratio --bundles demo --rounds 5   # ours/bare, ~5 min
     .venv/bin/python bench/serve_speed.py --ratio --chain-cost --bundles demo   # + chain cost
     .venv/bin/python bench/serve_speed.py --scaling --bundles demo   # 2 workers vs 1, PostgreSQL
+    .venv/bin/python bench/serve_speed.py --rows1000 --bundles demo --rounds 3   # ~2 min
 
 gRPC is loaded by h2load (``bench/loadgen/h2load.py``), binary OIP bodies by wrk with
 ``frames.lua``.
@@ -221,7 +222,15 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help="only 1 and 2 workers on a PostgreSQL trail (and the bare peer's), single-row "
         "c32, in --rounds alternating rounds, with what 2 workers could reach at most",
     )
-    p.add_argument("--rounds", type=int, default=3, help="rounds of --ratio or --scaling (3)")
+    mode.add_argument(
+        "--rows1000",
+        action="store_true",
+        help="only 1000-row /predict at c1 (SQLite trail, trail off), in --rounds alternating "
+        "rounds, against the in-process floor",
+    )
+    p.add_argument(
+        "--rounds", type=int, default=3, help="rounds of --ratio, --scaling or --rows1000 (3)"
+    )
     p.add_argument(
         "--chain-cost",
         action="store_true",
@@ -232,8 +241,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "--baseline",
         type=Path,
         default=None,
-        help="with --ratio: another checkout (e.g. `git archive main`) whose server takes "
-        "its turn in every round",
+        help="with --ratio or --rows1000: another checkout (e.g. `git archive main`) whose "
+        "server takes its turn in every round",
     )
     p.add_argument(
         "--baseline-store",
@@ -258,12 +267,14 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "oip": args.oip,
         "ratio": args.ratio,
         "scaling": args.scaling,
+        "rows1000": args.rows1000,
     }
     args.mode = next((name for name, on in modes.items() if on), "default")
     if args.rounds < 1:
         p.error("--rounds is at least 1")
-    if args.baseline is not None and (args.mode != "ratio" or not (args.baseline / "app").is_dir()):
-        p.error("--baseline takes a checkout (with app/) and goes with --ratio")
+    rounds = args.mode in ("ratio", "rows1000")
+    if args.baseline is not None and (not rounds or not (args.baseline / "app").is_dir()):
+        p.error("--baseline takes a checkout (with app/) and goes with --ratio or --rows1000")
     if args.chain_cost and args.mode != "ratio":
         p.error("--chain-cost goes with --ratio (the default matrix measures it anyway)")
     bundles = args.bundles or ("demo" if args.quick else "demo,california")

@@ -33,6 +33,11 @@ slow spells alike; the ratio is taken between the two servers' medians. With
 ``--baseline DIR`` the same server from another checkout (e.g. ``git archive main``) takes
 its turn in every round too, so that a change is judged against the code before it on the
 same hour of the machine.
+
+``--rows1000`` runs only the 1000-row target: 1000-row ``/predict`` at c1 on ours with the
+SQLite trail and with the trail off (and on the ``--baseline`` checkout's server, SQLite
+trail), each on a fresh trail, in ``--rounds`` alternating rounds; its ratios are the
+medians' p50 over the in-process floor.
 """
 
 from __future__ import annotations
@@ -192,6 +197,19 @@ def _bundle_scaling(b: str, rounds: int) -> list[Group]:
     return turn * rounds
 
 
+def _bundle_rows1000(b: str, rounds: int, baseline: str, store: str) -> list[Group]:
+    """The 1000-row c1 target alone, ``rounds`` times in turn: ours with the SQLite trail,
+    with the trail off (what the trail costs), and the baseline's server."""
+    load = [("predict", BIG, [1])]
+    turn = [
+        _group(ServerSpec("ours", b, 1, "sqlite"), load),
+        _group(ServerSpec("ours", b, 1, "off"), load),
+    ]
+    if baseline:
+        turn.append(_group(ServerSpec("baseline", b, 1, "sqlite", baseline, store), load))
+    return turn * rounds
+
+
 def build_plan(
     bundles: Sequence[str],
     mode: str,
@@ -204,6 +222,8 @@ def build_plan(
         return [g for b in bundles for g in _bundle_ratio(b, rounds, baseline, store, chain_cost)]
     if mode == "scaling":
         return [g for b in bundles for g in _bundle_scaling(b, rounds)]
+    if mode == "rows1000":
+        return [g for b in bundles for g in _bundle_rows1000(b, rounds, baseline, store)]
     per_bundle = {
         "quick": _bundle_quick,
         "default": _bundle_default,
@@ -216,7 +236,15 @@ def build_plan(
 # Rough costs for the up-front estimate, measured on this 2-core machine.
 START_S = {"ours": 4.0, "baseline": 4.0, "bare": 3.0, "mlserver": 12.0, "ceiling": 2.0}
 RUN_OVERHEAD_S = 1.0  # pre-flight request, wrk start-up, parsing
-FLOOR_S = {"quick": 3.0, "default": 15.0, "full": 15.0, "oip": 15.0, "ratio": 15.0, "scaling": 15.0}
+FLOOR_S = {
+    "quick": 3.0,
+    "default": 15.0,
+    "full": 15.0,
+    "oip": 15.0,
+    "ratio": 15.0,
+    "scaling": 15.0,
+    "rows1000": 15.0,
+}
 
 
 def estimate_seconds(plan: Sequence[Group], duration: float, warmup: float, mode: str) -> float:
