@@ -1,5 +1,5 @@
 """A single row's answer (one ``%`` into a format) is the same text as the strided path
-that renders many rows."""
+that renders many rows, whatever the rows' labels."""
 
 from __future__ import annotations
 
@@ -33,3 +33,25 @@ def test_one_row_renders_as_a_row_of_many() -> None:
     rows = json.loads(b"[" + many + b"]")
     assert rows[0]["label"] == "yes %s" and rows[2]["experts"] == {"e0": "yes %s", "e1": "no"}
     assert rows[1]["p"]["a%"] == 1e-300
+
+
+def test_every_combination_of_labels_renders_its_own_text() -> None:
+    """Labels are merged with the text around them, one text per combination of classes
+    (two adjacent labels of three classes: nine): each row must get its own."""
+    classes = ["a", "b,c", 'd"']
+    t = template(classes)
+    rng = np.random.default_rng(1)
+    n = 60
+    numbers = rng.random((n, 3))
+    mixture = rng.integers(0, 3, n)
+    experts = rng.integers(0, 3, (n, 2))
+    many = t.render(numbers, (mixture, experts))
+    ones = [
+        t.render(numbers[i : i + 1], (mixture[i : i + 1], experts[i : i + 1])) for i in range(n)
+    ]
+    assert b",".join(ones) == many
+    rows = json.loads(b"[" + many + b"]")
+    assert [r["label"] for r in rows] == [classes[c] for c in mixture]
+    assert [[r["experts"]["e0"], r["experts"]["e1"]] for r in rows] == [
+        [classes[a], classes[b]] for a, b in experts
+    ]
