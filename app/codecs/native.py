@@ -130,8 +130,8 @@ def encode(result: InferenceResult, opts: Options, request_id: str) -> bytes:
     template = model.cache.get(key)
     if template is None:
         template = model.cache[key] = row_template(model, opts.include)
-    body = render_rows(template, result, opts.include)
-    return _header(model, request_id) + b',"predictions":[' + body + b"]}"
+    head = _header(model, request_id) + b',"predictions":['
+    return render_rows(template, result, opts.include, head, b"]}")
 
 
 def numeric_block(result: InferenceResult, include: tuple[str, ...]) -> np.ndarray:
@@ -155,13 +155,20 @@ def numeric_block(result: InferenceResult, include: tuple[str, ...]) -> np.ndarr
     return np.ascontiguousarray(np.hstack(parts), dtype=np.float64)
 
 
-def render_rows(template: RowTemplate, result: InferenceResult, include: tuple[str, ...]) -> bytes:
+def render_rows(
+    template: RowTemplate,
+    result: InferenceResult,
+    include: tuple[str, ...],
+    head: bytes = b"",
+    tail: bytes = b"",
+) -> bytes:
+    """``head``, the rows of the answer comma-separated, ``tail``."""
     p = result.prediction
     labels = None
     if p.proba is not None and ("prediction" in include or "experts" in include):
         labels = (p.label_index, p.expert_proba.argmax(axis=2) if p.expert_proba is not None
                   else None)  # fmt: skip
-    return template.render(numeric_block(result, include), labels)
+    return template.render(numeric_block(result, include), labels, head, tail)
 
 
 def encode_columnar(result: InferenceResult, opts: Options, request_id: str) -> bytes:

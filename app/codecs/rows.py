@@ -91,17 +91,22 @@ class RowTemplate:
         return _Cells.of(self.slot_kinds, self.fragment_list, list(self.label_tokens))
 
     def render(
-        self, numbers: np.ndarray, labels: tuple[np.ndarray, np.ndarray | None] | None
+        self,
+        numbers: np.ndarray,
+        labels: tuple[np.ndarray, np.ndarray | None] | None,
+        head: bytes = b"",
+        tail: bytes = b"",
     ) -> bytes:
-        """The rows, comma-separated: ``numbers`` is (n, K) in slot order.
+        """``head``, the rows comma-separated, ``tail``: ``numbers`` is (n, K) in slot order.
 
         Every piece of the answer goes into one list: the fixed text by repeating one row's
         list, the numbers and the labelled text by strided slice assignments, one per cell
-        (C loops over the rows); it is joined once.
+        (C loops over the rows); it is joined once, with ``head`` and ``tail``, so that the
+        answer is copied once (each ``+`` of a 1000-row answer copied all of it).
         """
         n, k = numbers.shape
         if n == 1 and k:
-            return self.render_one(numbers, labels)
+            return head + self.render_one(numbers, labels) + tail
         cells = self.cells
         width = 2 * k + 1
         parts = cells.row * n
@@ -123,7 +128,9 @@ class RowTemplate:
                         assert experts is not None
                         which = which * tokens + experts[:, kind]
                 parts[at::width] = texts[which].tolist()
-        return b"".join(parts)[:-1]  # every row ends with "},"
+        parts[0] = head + parts[0]
+        parts[-1] = parts[-1][:-1] + tail  # every row ends with "},"
+        return b"".join(parts)
 
 
 # At most this many texts for a run of labels between two numbers (classes ** labels).
