@@ -74,3 +74,31 @@ def test_scaling_alternates_one_and_two_workers_and_bounds_the_ratio() -> None:
     assert ratios["workers_2_over_1_postgres_c32"]["value"] == 1.4
     assert ratios["workers_2_over_1_postgres_c32_bound"]["value"] == 1.667
     assert ratios["cpu_us_per_request_postgres_2_over_1"]["value"] == 1.071
+
+
+def test_rows1000_takes_turns_and_reports_each_server_over_the_floor() -> None:
+    plan = build_plan(["demo"], "rows1000", rounds=3, baseline="/tmp/main")
+    labels = [g.server.label for g in plan]
+    assert labels[:3] == ["demo ours 1w sqlite", "demo ours 1w off", "demo baseline 1w sqlite"]
+    assert labels == labels[:3] * 3
+    assert {(r.route, r.rows, r.connections) for g in plan for r in g.runs} == {
+        ("predict", 1000, 1)
+    }
+
+    def big(server: str, audit: str, req_per_s: float, p50: float) -> dict[str, Any]:
+        run = _run(server, audit, req_per_s)
+        return {**run, "rows": 1000, "connections": 1, "latency_ms": {"p50": p50}}
+
+    runs = [
+        *(big("ours", "sqlite", r, 1000 / r) for r in (100.0, 125.0, 110.0)),
+        *(big("ours", "off", r, 1000 / r) for r in (130.0, 140.0, 120.0)),
+        *(big("baseline", "sqlite", r, 1000 / r) for r in (90.0, 95.0, 100.0)),
+    ]
+    floor = {"demo": {"1000": {"predict_ms": 2.0, "predict_after_idle_ms": 2.5}}}
+    ratios = compute_ratios(runs, floor)["demo"]
+    assert ratios["http_1000_over_floor"]["value"] == round(1000 / 110 / 2.0, 2)
+    assert ratios["http_1000_over_floor_after_idle"]["value"] == round(1000 / 110 / 2.5, 2)
+    assert ratios["http_1000_trail_off_over_floor"]["value"] == round(1000 / 130 / 2.0, 2)
+    assert ratios["http_1000_baseline_over_floor"]["value"] == round(1000 / 95 / 2.0, 2)
+    # Measured in the default matrix without a baseline: no empty baseline row.
+    assert "http_1000_baseline_over_floor" not in compute_ratios(runs[:6], floor)["demo"]
