@@ -34,8 +34,8 @@ if str(REPO) not in sys.path:
 
 from app.audit import archive  # noqa: E402
 from app.audit.chain import chain_key  # noqa: E402
+from app.audit.engine import make_engine  # noqa: E402
 from app.audit.retention import prune  # noqa: E402
-from app.audit.tables import make_engine  # noqa: E402
 from app.audit.verify import verify  # noqa: E402
 from bench.peers.postgres import _connect, fresh_schema  # noqa: E402
 from bench.speed.bundles import ensure_bundle  # noqa: E402

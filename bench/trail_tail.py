@@ -52,8 +52,8 @@ def part(kind: str, url: str) -> dict[str, float]:
     """One control, run in the mover's place (``--part``)."""
     from app.audit import archive
     from app.audit.chain import chain_key
+    from app.audit.engine import make_engine
     from app.audit.retention import prune
-    from app.audit.tables import make_engine
 
     t0 = time.perf_counter()
     if kind == "cpu":

@@ -21,7 +21,8 @@ from typing import Any
 from sqlalchemy import Engine, Table, and_, delete, false, insert, or_, select
 
 from app.audit.chain import cut_mac
-from app.audit.tables import cuts, links, make_engine, outcomes, records
+from app.audit.engine import make_engine
+from app.audit.tables import cuts, links, outcomes, records
 
 log = logging.getLogger("iabma.audit")
 BATCH = 2_000
@@ -173,7 +174,7 @@ async def run(
 ) -> None:
     """The server's task: prune the trail at ``url`` now and then, on a worker thread, for
     ever, through an engine of its own whose commits do not wait for the disk
-    (:func:`app.audit.tables.make_engine`'s ``mover``)."""
+    (:func:`app.audit.engine.make_engine`'s ``mover``)."""
     import asyncio
 
     engine = make_engine(url, timeout_seconds, mover=True)

@@ -20,9 +20,10 @@ from sqlalchemy import and_, or_, select
 from app.audit import reading, rollup
 from app.audit.codec import pack_request_id
 from app.audit.connection import WriterConnection
+from app.audit.engine import lock_sqlite, make_engine
 from app.audit.outcomes import Growth
 from app.audit.records import LOG_COLUMNS, AuditRecord, now_us, record_json
-from app.audit.tables import archived, create_tables, lock_sqlite, make_engine, records
+from app.audit.tables import archived, create_tables, records
 from app.audit.versions import ReaderVersions
 from app.errors import Archived, Fault, InvalidInput
 

@@ -62,10 +62,11 @@ def trail_key(audit_url: str | None) -> tuple[Any, bytes]:
 
 def open_trail(audit_url: str | None, mover: bool = False) -> tuple[Any, bytes]:
     """The trail's engine and its chain key, from the option or IABMA_AUDIT_URL
-    (``mover``: for deleting, :func:`app.audit.tables.make_engine` says why)."""
+    (``mover``: for deleting, :func:`app.audit.engine.make_engine` says why)."""
     from sqlalchemy import inspect
 
-    from app.audit.tables import make_engine, records
+    from app.audit.engine import make_engine
+    from app.audit.tables import records
 
     settings, key = trail_key(audit_url)
     engine = make_engine(settings.audit_url, settings.audit_timeout_seconds, mover)

@@ -15,10 +15,11 @@ import numpy as np
 
 from app.audit import retention
 from app.audit.chain import chain_key
+from app.audit.engine import SqliteInUse
 from app.audit.hashkey import audit_hash_key
 from app.audit.records import AuditRecord, now_us
 from app.audit.store import AuditStore
-from app.audit.tables import SchemaMismatch, SqliteInUse
+from app.audit.tables import SchemaMismatch
 from app.audit.writer import AuditWriter
 from app.core.context import RequestContext
 from app.core.plane import InferenceRequest, InferenceResult

@@ -15,8 +15,8 @@ import psycopg
 import pytest
 
 from app.audit.connection import ROWS_PER_STATEMENT
+from app.audit.engine import SqliteInUse
 from app.audit.store import AuditStore
-from app.audit.tables import SqliteInUse
 from app.audit.writer import AuditWriter
 from app.errors import AuditUnavailable
 from app.metrics import ServiceMetrics

@@ -96,7 +96,7 @@ def test_the_servers_task_prunes_on_its_own_engine(trail: Trail) -> None:
 def test_the_movers_sqlite_commits_do_not_wait_for_the_disk(tmp_path: Path) -> None:
     """The server's group commits reach the disk before answering (FULL); retention's and
     the archive's deletes need not (NORMAL), so no fsync of theirs queues the server's."""
-    from app.audit.tables import make_engine
+    from app.audit.engine import make_engine
 
     url = f"sqlite:///{tmp_path / 'audit.db'}"
     for mover, want in ((False, 2), (True, 1)):
