@@ -60,7 +60,9 @@ def warn_mostly_numeric(name: str, n_numbers: int, odd: Counter) -> None:
             stacklevel=4,
         )
         return
-    if len(odd) > 3 or n_numbers < 0.9 * (n_numbers + n_odd):
+    # A few texts among mostly numbers (stand-ins for 'missing' or 'infinite'): said
+    # whenever the numbers are the more, since each distinct number becomes a category.
+    if len(odd) > 3 or n_numbers <= n_odd:
         return
     shown = ", ".join(repr(t) for t, _ in odd.most_common())
     warnings.warn(

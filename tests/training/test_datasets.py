@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import warnings
 
 import numpy as np
 import pandas as pd
@@ -18,6 +19,21 @@ SHA256 = {
     "bike": "b03a2d02e8c10f435c43c7f0b358b7e34a003afea53dbc37f0183f2763295133",
     "california": "94ef369b909f5c725340b512b7c9a05c1550a554b6592d29303990e3ba521a1f",
 }
+
+
+def test_a_numeric_column_with_a_fifth_of_inf_is_named(csv) -> None:
+    """A few distinct texts among mostly numbers are named, even at a fifth of the cells;
+    when the numbers are the fewer, the column is categorical without a word."""
+    df = frame(100)
+    df["a"] = df["a"].astype(object)
+    df.loc[:19, "a"] = "inf"
+    with pytest.warns(DataWarning, match="'a' is numeric except for 20 cells holding 'inf'"):
+        load_csv(csv(df), "t", "regression")
+    df.loc[:59, "a"] = "inf"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DataWarning)
+        data = load_csv(csv(df), "t", "regression")
+    assert "inf" in set(data.X["a"].cat.categories)
 
 
 @pytest.mark.parametrize("name", sorted(SHARED))
