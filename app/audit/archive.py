@@ -17,6 +17,7 @@ import os
 import queue
 import threading
 from collections.abc import Callable, Iterator
+from contextlib import closing
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -30,11 +31,12 @@ from sqlalchemy import Engine, and_, or_, select
 
 from app.audit.archive_delete import covered_sql
 from app.audit.archive_delete import delete_archived as delete_archived  # its command
-from app.audit.archive_table import STORED, stored_table, with_readable
+from app.audit.archive_table import STORED, with_readable
+from app.audit.arrow_read import stored_parts
 from app.audit.chain import DIGEST_BYTES, Link, expected_mac, genesis, row_digest
 from app.audit.records import LOG_COLUMNS
 from app.audit.retention import DAY_US, _ends
-from app.audit.tables import cuts, links, records
+from app.audit.tables import cuts, links
 from app.audit.verify import Report, compare
 from app.audit.versions import ReaderVersions
 
@@ -80,22 +82,11 @@ def _fetch(
 ) -> None:
     """Hand ``put`` the records to archive, in time order, :data:`FETCH` at a time, until
     it says stop; then None."""
-    sql = (
-        f"SELECT {', '.join(STORED)} FROM {records.name} WHERE created_us < {int(before)} "
-        f"AND {covered_sql(ends)} ORDER BY created_us"
-    )
-    with engine.connect() as conn:
-        # Plain DBAPI rows (PostgreSQL: a server-side cursor): SQLAlchemy's rows cost more
-        # than the rest of the archive's work.
-        raw: Any = conn.connection.dbapi_connection
-        postgres = conn.dialect.name == "postgresql"
-        # PostgreSQL in binary: bytea as its bytes, not as hex text to parse.
-        cursor = raw.cursor(name="iabma_archive", binary=True) if postgres else raw.cursor()
-        cursor.execute(sql)
-        while rows := cursor.fetchmany(FETCH):
-            if not put(stored_table(rows)):
+    where = f"created_us < {int(before)} AND {covered_sql(ends)}"
+    with closing(stored_parts(engine, where, FETCH)) as parts:
+        for part in parts:
+            if not put(part):
                 break
-        cursor.close()
 
 
 def _parts(engine: Engine, ends: dict[int, tuple[int, bytes]], before: int) -> Iterator[pa.Table]:

@@ -7,7 +7,6 @@ per column cost more than reading and deleting them (issue 30's 100,000 records/
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -33,27 +32,6 @@ STORED_SCHEMA = pa.schema(
 assert tuple(STORED_SCHEMA.names) == STORED
 _HEX_BYTES = 16  # app.audit.codec.pack_request_id: the server's own ids, packed
 _TEXT_MARK = 0xFF
-
-
-def stored_table(rows: Sequence[Sequence[Any]]) -> pa.Table:
-    """Rows of :data:`STORED` values, as a database cursor gives them, as a table."""
-    if not rows:
-        return STORED_SCHEMA.empty_table()
-    cols = list(zip(*rows, strict=True))
-    return pa.table(
-        [_array(col, f.type) for col, f in zip(cols, STORED_SCHEMA, strict=True)],
-        schema=STORED_SCHEMA,
-    )
-
-
-def _array(values: Sequence[Any], kind: pa.DataType) -> pa.Array:
-    if kind == _INT:
-        try:
-            # Through numpy: pyarrow converts an int past 2**31 (a time in us) 50x slower.
-            return pa.array(np.array(values, np.int64))
-        except TypeError:  # a NULL
-            pass
-    return pa.array(values, kind)
 
 
 def request_text(raw: pa.Array) -> pa.Array:

@@ -1,0 +1,52 @@
+"""Records read as Arrow through ADBC, on real SQLite and PostgreSQL trails: every value
+as stored, NULLs included, whatever the parts' size; SQLite's driver, which types a
+column by its first values, is not misled by a first part whose inputs are all NULL."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from sqlalchemy import text
+
+from app.audit.archive_table import STORED, STORED_SCHEMA
+from app.audit.arrow_read import stored_parts
+from app.audit.chain import chain_key
+from app.audit.engine import make_engine
+from app.audit.store import AuditStore
+from tests.support.bundles import TEST_HASH_KEY
+from tests.support.services import make_record
+from tests.support.trail import Trail
+
+
+def test_parts_hold_every_value_as_stored(trail: Trail) -> None:
+    store = AuditStore(trail.url, 10.0, chain_key(TEST_HASH_KEY.encode()))
+    store.prepare()
+    # Inputs off (both NULL) first, then hashed, then in full: the first parts of two
+    # records hold only NULLs in input_hash and input_json.
+    modes = ["off"] * 3 + ["hash"] * 2 + ["full"] * 2
+    store.insert(
+        [
+            dataclasses.replace(make_record(f"r{k}"), created_us=1_000 + k, input_mode=mode)
+            for k, mode in enumerate(modes)
+        ]
+    )
+    store.close()
+    engine = make_engine(trail.url, 10.0)
+    try:
+        with engine.connect() as conn:
+            want = [
+                tuple(bytes(v) if isinstance(v, memoryview) else v for v in row)
+                for row in conn.execute(
+                    text(f"SELECT {', '.join(STORED)} FROM iabma_audit_log ORDER BY created_us")
+                )
+            ]
+        for size in (2, 3, 100):
+            parts = list(stored_parts(engine, "created_us >= 0", size))
+            assert all(p.schema == STORED_SCHEMA for p in parts)
+            assert [p.num_rows for p in parts][:-1] == [size] * (len(parts) - 1)
+            got = [tuple(r.values()) for p in parts for r in p.to_pylist()]
+            assert got == want, size
+        assert [r[STORED.index("input_json")] is None for r in want] == [True] * 5 + [False] * 2
+        assert list(stored_parts(engine, "created_us < 0", 2)) == []
+    finally:
+        engine.dispose()
