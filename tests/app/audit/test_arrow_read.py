@@ -1,11 +1,14 @@
 """Records read as Arrow through ADBC, on real SQLite and PostgreSQL trails: every value
 as stored, NULLs included, whatever the parts' size; SQLite's driver, which types a
-column by its first values, is not misled by a first part whose inputs are all NULL."""
+column by its first values, is not misled by a first part whose inputs are all NULL.
+On SQLite the reading child's failure is told, and an early stop ends it."""
 
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
+import pytest
 from sqlalchemy import text
 
 from app.audit.archive_table import STORED, STORED_SCHEMA
@@ -50,3 +53,34 @@ def test_parts_hold_every_value_as_stored(trail: Trail) -> None:
         assert list(stored_parts(engine, "created_us < 0", 2)) == []
     finally:
         engine.dispose()
+
+
+def test_a_failed_read_names_the_trail_and_the_cause(tmp_path: Path) -> None:
+    engine = make_engine(f"sqlite:///{tmp_path / 'empty.db'}", 10.0)
+    try:
+        with pytest.raises(RuntimeError, match=r"empty\.db failed: .*no such table"):
+            list(stored_parts(engine, "created_us >= 0", 10))
+    finally:
+        engine.dispose()
+
+
+def test_stopping_early_ends_the_reading_child(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'audit.db'}"
+    store = AuditStore(url, 10.0, chain_key(TEST_HASH_KEY.encode()))
+    store.prepare()
+    store.insert([dataclasses.replace(make_record(f"r{k}"), created_us=k) for k in range(50)])
+    store.close()
+    engine = make_engine(url, 10.0)
+    parts = stored_parts(engine, "created_us >= 0", 5)
+    assert next(parts).num_rows == 5
+    (child,) = _children()
+    parts.close()
+    assert not Path(f"/proc/{child}").exists()  # killed and reaped, not left blocked on a pipe
+    engine.dispose()
+
+
+def _children() -> list[int]:
+    return [
+        int(pid) for task in Path("/proc/self/task").iterdir()
+        for pid in (task / "children").read_text().split()
+    ]  # fmt: skip
