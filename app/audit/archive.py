@@ -91,7 +91,8 @@ def _fetch(
 
 def _parts(engine: Engine, ends: dict[int, tuple[int, bytes]], before: int) -> Iterator[pa.Table]:
     """:func:`_fetch`'s parts, fetched on a thread while the files of the last are written:
-    the database (PostgreSQL: another process) and Parquet's writer work without the GIL."""
+    the reading (ADBC's C, and on SQLite a child process) and Parquet's writer work without
+    the GIL."""
     ready: queue.Queue[Any] = queue.Queue(maxsize=2)
     stop = threading.Event()
 
