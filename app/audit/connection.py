@@ -1,8 +1,8 @@
 """The writer thread's own connection to the trail, and the one statement per group.
 
-Autocommit, out of the pool: ``COPY`` on PostgreSQL, one multi-row INSERT on SQLite. It is
-pinged after :data:`IDLE_PING_S` idle, cancelled when stalled, and refuses a SQLite file
-replaced under it (docs/design.md, "Audit trail").
+Autocommit, out of the pool: ``COPY`` on PostgreSQL, one INSERT on SQLite
+(:mod:`app.audit.bulk`). It is pinged after :data:`IDLE_PING_S` idle, cancelled when
+stalled, and refuses a SQLite file replaced under it (docs/design.md, "Audit trail").
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from typing import Any
 
 from sqlalchemy import Engine, make_url
 
+from app.audit.bulk import BulkInsert, ChainedInsert
 from app.audit.chain import LINK_COLUMNS, ChainHead, Link
 from app.audit.records import CREATED_AT, LOG_COLUMNS, VERSION_AT, now_us
 from app.audit.tables import chains, links, probes, records
@@ -23,36 +24,10 @@ from app.audit.versions import WriterVersions
 
 IDLE_PING_S = 1.0
 CANCEL_WAIT_S = 2.0
-# Rows per INSERT statement: well under SQLite's 32766 and PostgreSQL's 65535 parameters.
-ROWS_PER_STATEMENT = 512
 
 
 class TrailGone(Exception):
     """The SQLite trail's file was deleted or replaced while the server ran."""
-
-
-class BulkInsert:
-    """``INSERT INTO t (...) VALUES (...), (...), ...``: one statement for many rows.
-
-    ``executemany`` steps SQLite once per row, and CPython takes the GIL back between steps
-    to bind the next row; behind a busy event loop each of those waits up to the GIL's
-    switch interval. One statement per group releases the GIL once.
-    """
-
-    def __init__(self, table: str, columns: Sequence[str], param_marker: str) -> None:
-        self.head = f"INSERT INTO {table} ({', '.join(columns)}) VALUES "
-        self.row = "(" + ", ".join([param_marker] * len(columns)) + ")"
-        self._sql: dict[int, str] = {}
-
-    def statements(self, rows: Sequence[tuple[Any, ...]]) -> list[tuple[str, list[Any]]]:
-        out = []
-        for start in range(0, len(rows), ROWS_PER_STATEMENT):
-            chunk = rows[start : start + ROWS_PER_STATEMENT]
-            sql = self._sql.get(len(chunk))
-            if sql is None:
-                sql = self._sql[len(chunk)] = self.head + ", ".join([self.row] * len(chunk))
-            out.append((sql, [v for row in chunk for v in row]))
-        return out
 
 
 class WriterConnection:
@@ -76,6 +51,8 @@ class WriterConnection:
         self._copy = f"COPY {records.name} ({', '.join(columns)}) FROM STDIN" if postgres else None
         marker = "?" if engine.dialect.paramstyle == "qmark" else "%s"
         self._log = BulkInsert(records.name, columns, marker)
+        chained = chain_key is not None and not postgres
+        self._chained = ChainedInsert(records.name, links.name, columns) if chained else None
         self._link_sql = (
             f"INSERT INTO {links.name} ({', '.join(LINK_COLUMNS)}) VALUES "
             f"({', '.join([marker] * len(LINK_COLUMNS))})"
@@ -111,9 +88,10 @@ class WriterConnection:
                 if self._copy is not None:
                     self._copy_rows(conn.dbapi_connection, cur, rows, link)
                 else:
-                    statements = self._log.statements(rows)
-                    if link is not None:
-                        statements.append((self._link_sql, list(link.values())))
+                    if link is None or self._chained is None:
+                        statements = self._log.statements(rows)
+                    else:
+                        statements = self._chained.statements(rows, link)
                     several = len(statements) > 1
                     if several:
                         cur.execute("BEGIN")
@@ -214,6 +192,8 @@ class WriterConnection:
             dbapi.execute(f"SET statement_timeout = {self.timeout_ms + 1000}")
         else:
             dbapi.isolation_level = None  # sqlite3's autocommit
+            if self._chained is not None:
+                self._chained.create(dbapi)
             self._busy_ms = self.timeout_ms
             if self._file_id is None and self._file is not None:
                 st = os.stat(self._file)

@@ -16,8 +16,8 @@ from typing import Any
 from sqlalchemy import Connection, Engine, select
 from sqlalchemy.exc import IntegrityError
 
+from app.audit.bulk import BulkInsert
 from app.audit.codec import pack_request_id
-from app.audit.connection import BulkInsert
 from app.audit.records import served_blobs
 from app.audit.scores import Served
 from app.audit.tables import outcomes, records

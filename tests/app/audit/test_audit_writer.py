@@ -14,7 +14,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from app.audit.connection import ROWS_PER_STATEMENT
+from app.audit.bulk import ROWS_PER_STATEMENT
 from app.audit.engine import SqliteInUse
 from app.audit.store import AuditStore
 from app.audit.writer import AuditWriter

@@ -1,0 +1,95 @@
+"""The SQLite writer's statements: many rows in one INSERT, and a group's records with its
+chain link in that same one statement (through a TEMP view whose triggers split them).
+
+CPython gives up the GIL for each statement's step and takes it back afterwards; behind an
+event loop that is encoding an answer, each take waits up to the GIL's switch interval.
+So a group is one statement, whatever it writes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from app.audit.chain import LINK_COLUMNS, Link
+
+# Rows per INSERT statement: well under SQLite's 32766 and PostgreSQL's 65535 parameters.
+ROWS_PER_STATEMENT = 512
+
+Statements = list[tuple[str, list[Any]]]
+
+
+class BulkInsert:
+    """``INSERT INTO t (...) VALUES (...), (...), ...``: one statement for many rows.
+
+    ``executemany`` steps SQLite once per row, and CPython takes the GIL back between steps
+    to bind the next row; behind a busy event loop each of those waits up to the GIL's
+    switch interval. One statement per group releases the GIL once.
+    """
+
+    def __init__(self, table: str, columns: Sequence[str], param_marker: str) -> None:
+        self.head = f"INSERT INTO {table} ({', '.join(columns)}) VALUES "
+        self.row = "(" + ", ".join([param_marker] * len(columns)) + ")"
+        self._sql: dict[int, str] = {}
+
+    def statements(self, rows: Sequence[Sequence[Any]]) -> Statements:
+        out = []
+        for start in range(0, len(rows), ROWS_PER_STATEMENT):
+            chunk = rows[start : start + ROWS_PER_STATEMENT]
+            sql = self._sql.get(len(chunk))
+            if sql is None:
+                sql = self._sql[len(chunk)] = self.head + ", ".join([self.row] * len(chunk))
+            out.append((sql, [v for row in chunk for v in row]))
+        return out
+
+
+VIEW = "iabma_audit_commit"
+_LINK_ONLY = tuple(c for c in LINK_COLUMNS if c not in ("chain", "seq", "created_us"))
+
+
+class ChainedInsert:
+    """A group's records (``columns``, which end with ``chain`` and ``seq``) and its link
+    as the rows of one INSERT into a TEMP view of this connection.
+
+    The view has the record's columns and the link's others; a row with ``digests`` is the
+    link, and goes to the links' table, the rest to the records'. As four statements
+    (BEGIN, records, link, COMMIT) a group took the GIL back three times more (docs/design.md,
+    "The writer's connection").
+    """
+
+    def __init__(self, records: str, links: str, columns: Sequence[str]) -> None:
+        self.records, self.links = records, links
+        self.columns = tuple(columns)
+        self.view_columns = (*self.columns, *_LINK_ONLY)
+        self._bulk = BulkInsert(VIEW, self.view_columns, "?")
+        self._pad = (None,) * len(_LINK_ONLY)
+        # Where the link's chain, seq and time go among the view's columns.
+        self._link_at = {c: self.columns.index(c) for c in ("chain", "seq", "created_us")}
+
+    def create(self, dbapi: Any) -> None:
+        """Make the view and its triggers on this connection (TEMP: nothing in the file)."""
+        names = ", ".join(self.view_columns)
+        nulls = ", ".join(["NULL"] * len(self.view_columns))
+        record = ", ".join(f"NEW.{c}" for c in self.columns)
+        link = ", ".join(f"NEW.{c}" for c in LINK_COLUMNS)
+        dbapi.execute(f"CREATE TEMP VIEW IF NOT EXISTS {VIEW} ({names}) AS SELECT {nulls}")
+        dbapi.execute(
+            f"CREATE TEMP TRIGGER IF NOT EXISTS {VIEW}_record INSTEAD OF INSERT ON {VIEW} "
+            f"WHEN NEW.digests IS NULL BEGIN INSERT INTO {self.records} "
+            f"({', '.join(self.columns)}) VALUES ({record}); END"
+        )
+        dbapi.execute(
+            f"CREATE TEMP TRIGGER IF NOT EXISTS {VIEW}_link INSTEAD OF INSERT ON {VIEW} "
+            f"WHEN NEW.digests IS NOT NULL BEGIN INSERT INTO {self.links} "
+            f"({', '.join(LINK_COLUMNS)}) VALUES ({link}); END"
+        )
+
+    def statements(self, rows: Sequence[Sequence[Any]], link: Link) -> Statements:
+        """One statement unless the group has more than :data:`ROWS_PER_STATEMENT` rows."""
+        values = dict(zip(LINK_COLUMNS, link.values(), strict=True))
+        head: list[Any] = [None] * len(self.columns)
+        for name, at in self._link_at.items():
+            head[at] = values[name]
+        tail = (*head, *(values[c] for c in _LINK_ONLY))
+        pad = self._pad
+        return self._bulk.statements([*((*row, *pad) for row in rows), tail])
