@@ -7,7 +7,8 @@ from typing import Literal
 
 import numpy as np
 
-from app.bundle.mixture import clip_proba, gaussian_logpdf
+from app.bundle.mixture import clip_proba
+from app.bundle.normal import gaussian_logpdf
 from app.bundle.prior import EnergyScale, expert_energy, regression_energy_mc
 
 Task = Literal["classification", "regression"]

@@ -17,7 +17,8 @@ import numpy as np
 
 from app.audit.codec import REGRESSION_FIELDS
 from app.audit.records import served_experts
-from app.bundle.mixture import gaussian_logpdf, mix_regression
+from app.bundle.mixture import mix_regression
+from app.bundle.normal import gaussian_logpdf
 
 KINDS = 3  # scores per row and predictor: nll, then correct and brier, or error and covered
 Z90 = 1.6448536269514722  # the standard normal's 95% quantile: an expert's 90% interval

@@ -13,7 +13,8 @@ from typing import Literal
 
 import numpy as np
 
-from app.bundle.mixture import clip_proba, gaussian_logpdf
+from app.bundle.mixture import clip_proba
+from app.bundle.normal import gaussian_logpdf
 
 _LOG_2PI = np.log(2.0 * np.pi)
 

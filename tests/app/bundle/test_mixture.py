@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 import pytest
 from scipy.optimize import brentq
@@ -12,26 +10,10 @@ from scipy.stats import norm
 from app.bundle.mixture import (
     clip_proba,
     entropy,
-    erfc,
     mix_classification,
     mix_regression,
-    normal_ppf,
     temper_proba,
 )
-
-
-def test_erfc_matches_the_standard_library() -> None:
-    x = np.concatenate([np.linspace(-30, 30, 60_001), [0.0, 1.0, -1.0, 8.0, -8.0]])
-    want = np.vectorize(math.erfc)(x)
-    got = erfc(x.reshape(6, -1)).ravel()  # any shape
-    assert np.abs(got - want).max() <= 1e-15
-    near = np.abs(x) <= 10
-    assert (np.abs(got - want)[near] / want[near]).max() <= 1e-14
-
-
-def test_normal_ppf_start_is_close() -> None:
-    p = np.linspace(0.001, 0.999, 999)
-    assert np.abs(normal_ppf(p) - norm.ppf(p)).max() < 4.5e-4
 
 
 def test_clip_proba_keeps_rows_on_the_simplex() -> None:
