@@ -1,9 +1,10 @@
-"""The SQLite writer's statements: many rows in one INSERT, and a group's records with its
-chain link in that same one statement (through a TEMP view whose triggers split them).
+"""The writer's statements: many rows in one INSERT, and a group's records with its chain
+link in that same one statement (SQLite: through a TEMP view whose triggers split them;
+PostgreSQL: the link's INSERT in a WITH).
 
-CPython gives up the GIL for each statement's step and takes it back afterwards; behind an
-event loop that is encoding an answer, each take waits up to the GIL's switch interval.
-So a group is one statement, whatever it writes.
+CPython gives up the GIL for each statement and takes it back afterwards; behind an event
+loop that is encoding an answer, each take waits up to the GIL's switch interval, and on
+PostgreSQL each statement is also a round trip. So a group is one statement.
 """
 
 from __future__ import annotations
@@ -93,3 +94,26 @@ class ChainedInsert:
         tail = (*head, *(values[c] for c in _LINK_ONLY))
         pad = self._pad
         return self._bulk.statements([*((*row, *pad) for row in rows), tail])
+
+
+class LinkedInsert:
+    """PostgreSQL: a group's records and its link in one statement, the link's INSERT in a
+    data-modifying ``WITH`` (autocommit makes the statement the transaction).
+
+    In place of BEGIN, ``COPY``, the link's INSERT and COMMIT: four round trips a group, on
+    which the writer waited for the server and then for the GIL.
+    """
+
+    def __init__(self, records: str, links: str, columns: Sequence[str]) -> None:
+        marks = ", ".join(["%s"] * len(LINK_COLUMNS))
+        self._with = (
+            f"WITH link AS (INSERT INTO {links} ({', '.join(LINK_COLUMNS)}) VALUES ({marks})) "
+        )
+        self._bulk = BulkInsert(records, columns, "%s")
+
+    def statement(self, rows: Sequence[Sequence[Any]], link: Link) -> tuple[str, list[Any]] | None:
+        """The statement, or None past :data:`ROWS_PER_STATEMENT` rows (``COPY`` then)."""
+        if len(rows) > ROWS_PER_STATEMENT:
+            return None
+        [(sql, params)] = self._bulk.statements(rows)
+        return self._with + sql, [*link.values(), *params]

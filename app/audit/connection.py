@@ -16,7 +16,7 @@ from typing import Any
 
 from sqlalchemy import Engine, make_url
 
-from app.audit.bulk import BulkInsert, ChainedInsert
+from app.audit.bulk import BulkInsert, ChainedInsert, LinkedInsert
 from app.audit.chain import LINK_COLUMNS, ChainHead, Link
 from app.audit.records import CREATED_AT, LOG_COLUMNS, VERSION_AT, now_us
 from app.audit.tables import chains, links, probes, records
@@ -53,6 +53,8 @@ class WriterConnection:
         self._log = BulkInsert(records.name, columns, marker)
         chained = chain_key is not None and not postgres
         self._chained = ChainedInsert(records.name, links.name, columns) if chained else None
+        linked = chain_key is not None and postgres
+        self._linked = LinkedInsert(records.name, links.name, columns) if linked else None
         self._link_sql = (
             f"INSERT INTO {links.name} ({', '.join(LINK_COLUMNS)}) VALUES "
             f"({', '.join([marker] * len(LINK_COLUMNS))})"
@@ -120,7 +122,12 @@ class WriterConnection:
         return out
 
     def _copy_rows(self, dbapi: Any, cur: Any, rows: Sequence[Any], link: Link | None) -> None:
-        """PostgreSQL: ``COPY`` alone is its own transaction; with a link, one with it."""
+        """PostgreSQL: ``COPY`` alone is its own transaction; with a link, one statement
+        (:class:`LinkedInsert`), or past its rows one transaction with the ``COPY``."""
+        one = None if link is None or self._linked is None else self._linked.statement(rows, link)
+        if one is not None:
+            cur.execute(*one)
+            return
         if link is None:
             with cur.copy(self._copy) as copy:
                 for row in rows:

@@ -4,7 +4,6 @@ writes is what a verifier reads back."""
 from __future__ import annotations
 
 import itertools
-import sqlite3
 from pathlib import Path
 
 import pytest
@@ -15,6 +14,7 @@ from app.audit.store import AuditStore
 from app.audit.verify import verify
 from tests.support.bundles import TEST_HASH_KEY
 from tests.support.services import make_record
+from tests.support.trail import Trail
 
 KEY = chain_key(TEST_HASH_KEY.encode())
 
@@ -59,43 +59,50 @@ def test_a_group_is_one_statement_with_or_without_its_link(
     ]
 
 
+# The database refuses a record inside the group's statement: a trigger per database.
+_REFUSE = {
+    "sqlite": [
+        "CREATE TRIGGER refuse BEFORE INSERT ON iabma_audit_log WHEN NEW.latency_us = 3 "
+        "BEGIN SELECT RAISE(ABORT, 'refused'); END"
+    ],
+    "postgres": [
+        "CREATE FUNCTION refuse() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+        "IF NEW.latency_us = 3 THEN RAISE EXCEPTION 'refused'; END IF; RETURN NEW; END $$",
+        "CREATE TRIGGER refuse BEFORE INSERT ON iabma_audit_log "
+        "FOR EACH ROW EXECUTE FUNCTION refuse()",
+    ],
+}
+
+
 def test_what_the_statement_writes_verifies_and_a_failed_one_writes_nothing(
-    tmp_path: Path,
+    trail: Trail,
 ) -> None:
-    store = AuditStore(f"sqlite:///{tmp_path / 'audit.db'}", 10.0, KEY)
+    store = AuditStore(trail.url, 10.0, KEY)
     store.prepare()
     try:
         for size in (1, 3, ROWS_PER_STATEMENT + 2):
             store.insert([make_record(f"n{size}-{j}") for j in range(size)])
-        # The database refuses the group's third record, inside the statement.
-        with sqlite3.connect(tmp_path / "audit.db") as db:
-            db.execute(
-                "CREATE TRIGGER refuse BEFORE INSERT ON iabma_audit_log "
-                "WHEN NEW.n_instances = 1 AND NEW.latency_us = 3 "
-                "BEGIN SELECT RAISE(ABORT, 'refused'); END"
-            )
-        bad = [make_record(f"bad-{j}") for j in range(3)]
-        bad[-1].latency_ms = 0.003
-        with pytest.raises(Exception, match="refused"):
-            store.insert(bad)
-        with sqlite3.connect(tmp_path / "audit.db") as db:
-            db.execute("DROP TRIGGER refuse")
+        for sql in _REFUSE["sqlite" if trail.sqlite_file else "postgres"]:
+            trail.execute(sql)
+        for size in (3, ROWS_PER_STATEMENT + 2):  # one statement, and past its rows
+            bad = [make_record(f"bad{size}-{j}") for j in range(size)]
+            bad[-1].latency_ms = 0.003
+            with pytest.raises(Exception, match="refused"):
+                store.insert(bad)
+        trail.execute("DROP TRIGGER refuse" + ("" if trail.sqlite_file else " ON iabma_audit_log"))
         store.insert([make_record("after")])  # a new connection: its own chain
         report = verify(store.engine, KEY)
-        with store.engine.connect() as conn:
-            links = conn.exec_driver_sql(
-                "SELECT chain, seq, length(digests) / 8 FROM iabma_audit_links ORDER BY chain, seq"
-            ).all()
-            records = conn.exec_driver_sql("SELECT count(*) FROM iabma_audit_log").scalar()
     finally:
         store.close()
     assert report.findings == []
-    assert records == 1 + 3 + ROWS_PER_STATEMENT + 2 + 1
-    # The failed group left neither its records nor its link; the writer's next
-    # connection started a chain of its own.
+    assert trail.count() == 1 + 3 + ROWS_PER_STATEMENT + 2 + 1
+    # The failed groups left neither their records nor their links; after each failure
+    # the writer's next connection started a chain of its own.
+    links = trail.rows(
+        "SELECT chain, seq, length(digests) / 8 FROM iabma_audit_links ORDER BY chain, seq"
+    )
+    first, last = links[0][0], links[-1][0]
     assert [tuple(r) for r in links] == [
-        (1, 1, 1),
-        (1, 2, 3),
-        (1, 3, ROWS_PER_STATEMENT + 2),
-        (2, 1, 1),
-    ]
+        (first, 1, 1), (first, 2, 3), (first, 3, ROWS_PER_STATEMENT + 2), (last, 1, 1)
+    ]  # fmt: skip
+    assert last > first
