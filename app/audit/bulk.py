@@ -33,24 +33,28 @@ class BulkInsert:
         self.row = "(" + ", ".join([param_marker] * len(columns)) + ")"
         self._sql: dict[int, str] = {}
 
+    def sql(self, n: int) -> str:
+        """The statement for ``n`` rows."""
+        sql = self._sql.get(n)
+        if sql is None:
+            sql = self._sql[n] = self.head + ", ".join([self.row] * n)
+        return sql
+
     def statements(self, rows: Sequence[Sequence[Any]]) -> Statements:
         out = []
         for start in range(0, len(rows), ROWS_PER_STATEMENT):
             chunk = rows[start : start + ROWS_PER_STATEMENT]
-            sql = self._sql.get(len(chunk))
-            if sql is None:
-                sql = self._sql[len(chunk)] = self.head + ", ".join([self.row] * len(chunk))
-            out.append((sql, [v for row in chunk for v in row]))
+            out.append((self.sql(len(chunk)), [v for row in chunk for v in row]))
         return out
 
 
 VIEW = "iabma_audit_commit"
-_LINK_ONLY = tuple(c for c in LINK_COLUMNS if c not in ("chain", "seq", "created_us"))
+_LINK_ONLY = ("digests", "prev", "mac")  # the link's columns a record has not
 
 
 class ChainedInsert:
-    """A group's records (``columns``, which end with ``chain`` and ``seq``) and its link
-    as the rows of one INSERT into a TEMP view of this connection.
+    """A group's records and its link as the rows of one INSERT into a TEMP view of this
+    connection (``columns``: the records', ending with ``chain`` and ``seq``).
 
     The view has the record's columns and the link's others; a row with ``digests`` is the
     link, and goes to the links' table, the rest to the records'. As four statements
@@ -63,9 +67,7 @@ class ChainedInsert:
         self.columns = tuple(columns)
         self.view_columns = (*self.columns, *_LINK_ONLY)
         self._bulk = BulkInsert(VIEW, self.view_columns, "?")
-        self._pad = (None,) * len(_LINK_ONLY)
-        # Where the link's chain, seq and time go among the view's columns.
-        self._link_at = {c: self.columns.index(c) for c in ("chain", "seq", "created_us")}
+        self._created_at = self.columns.index("created_us")
 
     def create(self, dbapi: Any) -> None:
         """Make the view and its triggers on this connection (TEMP: nothing in the file)."""
@@ -86,14 +88,25 @@ class ChainedInsert:
         )
 
     def statements(self, rows: Sequence[Sequence[Any]], link: Link) -> Statements:
-        """One statement unless the group has more than :data:`ROWS_PER_STATEMENT` rows."""
-        values = dict(zip(LINK_COLUMNS, link.values(), strict=True))
-        head: list[Any] = [None] * len(self.columns)
-        for name, at in self._link_at.items():
-            head[at] = values[name]
-        tail = (*head, *(values[c] for c in _LINK_ONLY))
-        pad = self._pad
-        return self._bulk.statements([*((*row, *pad) for row in rows), tail])
+        """The statement for ``rows`` (each without its ``chain`` and ``seq``, which the
+        parameters add) and ``link``; more than one past :data:`ROWS_PER_STATEMENT`."""
+        after = (link.chain, link.seq, *(None,) * len(_LINK_ONLY))
+        last: list[Any] = [None] * len(self.columns)
+        last[self._created_at] = link.created_us
+        last[-2:] = link.chain, link.seq
+        last += (link.digests, link.prev, link.mac)  # _LINK_ONLY's order
+        n = len(rows) + 1
+        out = []
+        for start in range(0, n, ROWS_PER_STATEMENT):
+            stop = min(start + ROWS_PER_STATEMENT, n)
+            params: list[Any] = []
+            for row in rows[start:stop]:
+                params += row
+                params += after
+            if stop == n:
+                params += last
+            out.append((self._bulk.sql(stop - start), params))
+        return out
 
 
 class LinkedInsert:

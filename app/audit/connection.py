@@ -86,14 +86,15 @@ class WriterConnection:
                     # The link's time is its newest record's: retention prunes by it.
                     newest = max(row[CREATED_AT] for row in rows)
                     link = self._head.next_link(rows, newest, len(LOG_COLUMNS))
-                    rows = [(*row, link.chain, link.seq) for row in rows]
+                    if self._chained is None:  # SQLite's statement adds them itself
+                        rows = [(*row, link.chain, link.seq) for row in rows]
                 if self._copy is not None:
-                    self._copy_rows(conn.dbapi_connection, cur, rows, link)
+                    self._write_postgres(conn.dbapi_connection, cur, rows, link)
                 else:
-                    if link is None or self._chained is None:
-                        statements = self._log.statements(rows)
-                    else:
+                    if link is not None and self._chained is not None:
                         statements = self._chained.statements(rows, link)
+                    else:
+                        statements = self._log.statements(rows)
                     several = len(statements) > 1
                     if several:
                         cur.execute("BEGIN")
@@ -121,7 +122,7 @@ class WriterConnection:
             out.append(row)
         return out
 
-    def _copy_rows(self, dbapi: Any, cur: Any, rows: Sequence[Any], link: Link | None) -> None:
+    def _write_postgres(self, dbapi: Any, cur: Any, rows: Sequence[Any], link: Link | None) -> None:
         """PostgreSQL: ``COPY`` alone is its own transaction; with a link, one statement
         (:class:`LinkedInsert`), or past its rows one transaction with the ``COPY``."""
         one = None if link is None or self._linked is None else self._linked.statement(rows, link)
