@@ -59,6 +59,27 @@ def test_iabma_serve_with_the_default_sqlite_trail(bundles: Bundles, tmp_path: P
     assert isinstance(logged[0]["latency_ms"], float)
 
 
+def test_iabma_serve_takes_the_bundle_from_the_environment_unless_a_flag_names_one(
+    bundles: Bundles, tmp_path: Path
+) -> None:
+    """As the container's settings do: IABMA_STORE and IABMA_MODEL_NAME, and a flag over
+    them."""
+    env = {"IABMA_STORE": str(bundles.store), "IABMA_MODEL_NAME": "credit"}
+    served_names = []
+    for flags in ([], ["--name", "demo"]):
+
+        def argv(port: int, flags: list[str] = flags) -> list[str]:
+            return [
+                PYTHON, "-c", "import sys; from training.cli import main; sys.exit(main())",
+                "serve", "--port", str(port), *flags,
+            ]  # fmt: skip
+
+        with UvicornProcess(env, cwd=tmp_path, argv=argv) as served:
+            served.wait_ready()
+            served_names.append(httpx.get(served.base_url + "/readyz").json()["model"])
+    assert served_names == ["credit", "demo"]
+
+
 def test_two_workers_share_one_postgres_trail(
     bundles: Bundles, pg_url: str, tmp_path: Path
 ) -> None:
