@@ -95,10 +95,11 @@ class Settings(BaseSettings):
         "reject", description="an unseen category: a 422 naming it, or treated as missing"
     )
     batching: bool = Field(True, description="concurrent small requests share one run of the graph")
-    # 2 ms: measured on 2 cores, gRPC at 32 clients gains 45% and REST holds; a lone
-    # request never waits, so one client's latency is unchanged (bench/serve_speed.py).
+    # 0: the requests in flight that a batch waited for were mostly awaiting their audit
+    # commit, and cannot join it; REST at 32 connections served 9-19% more without the
+    # wait, gRPC the same (docs/benchmarks.md, "The batch wait, again").
     batch_wait_ms: float = Field(
-        2.0,
+        0.0,
         ge=0,
         le=100,
         description=(
