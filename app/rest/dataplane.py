@@ -10,6 +10,7 @@ routes stay in the OpenAPI document, and answer alike however they are reached.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 
 from starlette.requests import ClientDisconnect
@@ -23,6 +24,7 @@ from app.errors import ServingError
 from app.rest.body import BodyHeaders, check_content_type, chunks_of, parse_json, read_body
 from app.rest.responses import refusal
 
+log = logging.getLogger("iabma.errors")  # as app.rest.responses logs the other routes' faults
 OCTET_STREAM = frozenset({"application/octet-stream"})
 PREDICT = "/predict"
 INFER = ("/v2/models/", "/infer")  # around the model's name
@@ -112,6 +114,8 @@ class DataPlane:
             content = await predict_answer(self.service, ctx, head, chunks_of(receive))
         except (ServingError, ClientDisconnect) as exc:
             return await _refuse(exc, scope, receive, send, echo)
+        except Exception as exc:
+            return await _fail(exc, scope, receive, send, echo)
         await _send(send, content, [_JSON], echo)
         return 200
 
@@ -125,6 +129,8 @@ class DataPlane:
             )
         except (ServingError, ClientDisconnect) as exc:
             return await _refuse(exc, scope, receive, send, echo)
+        except Exception as exc:
+            return await _fail(exc, scope, receive, send, echo)
         await _send(send, content, infer_headers(content, json_length), echo)
         return 200
 
@@ -155,3 +161,11 @@ async def _refuse(exc: Exception, scope: Scope, receive: Receive, send: Send, ec
         response.raw_headers.append(echo)
     await response(scope, receive, send)
     return response.status_code
+
+
+async def _fail(exc: Exception, scope: Scope, receive: Receive, send: Send, echo: Echo) -> int:
+    """A fault of the server's own (a bug): logged with its traceback once, answered 500
+    without one, as FastAPI's handler answers it on the other routes (app.rest.responses).
+    Nothing was sent yet: a handler sends its answer only once it is whole."""
+    log.error("unhandled error on %s %s", scope["method"], scope["path"], exc_info=exc)
+    return await _refuse(exc, scope, receive, send, echo)

@@ -44,3 +44,38 @@ def test_keys_guard_the_plain_routes_and_every_answer_keeps_its_id(
         after = [totals(app, name, route=r, status=s)[name] for r, s in labels]
     # A refused request is counted before any route is chosen, as it always was.
     assert [a - b for a, b in zip(after, before, strict=True)] == [1, 1, 1]
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "codec"),
+    [("/predict", ROW, "native"), ("/v2/models/demo/infer", OIP, "oip_answer")],
+)
+def test_a_fault_of_our_own_on_a_plain_route_is_a_500_logged_once_with_its_trace(
+    bundles: Bundles,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    path: str,
+    body: dict,
+    codec: str,
+) -> None:
+    """Front runs before FastAPI's error layer: the plain routes answer a bug themselves,
+    as FastAPI's handler answers it on the other routes."""
+    import app.codecs as codecs  # the codec module the route calls, made to fail
+
+    def broken(*_: object) -> bytes:
+        raise RuntimeError("the answer could not be written")
+
+    monkeypatch.setattr(getattr(codecs, codec), "encode", broken)
+    name, route = "iabma_http_requests_total", path.replace("demo", "{name}")
+    with UvicornHarness(make_settings(bundles.store, tmp_path)) as app:
+        before = totals(app, name, route=route, status="500")[name]
+        with caplog.at_level("ERROR", logger="iabma.errors"):
+            r = app.post(path, json=body, headers={"X-Request-ID": "bug-1"})
+        assert r.status_code == 500, r.text
+        assert r.headers["x-request-id"] == "bug-1"
+        assert "the answer could not be written" not in r.text  # no detail to the client
+        assert totals(app, name, route=route, status="500")[name] == before + 1
+    logged = [rec for rec in caplog.records if "unhandled error" in rec.getMessage()]
+    assert len(logged) == 1 and logged[0].exc_info is not None
+    assert path in logged[0].getMessage()
