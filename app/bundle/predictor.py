@@ -61,6 +61,28 @@ class Prediction:
             finite=self.finite,
         )
 
+    @classmethod
+    def joined(cls, parts: list[Prediction]) -> Prediction:
+        """The answers of consecutive runs as one, their rows in order."""
+        if len(parts) == 1:
+            return parts[0]
+        join = lambda name: (  # noqa: E731
+            None if getattr(parts[0], name) is None
+            else np.concatenate([getattr(p, name) for p in parts])
+        )  # fmt: skip
+        return cls(
+            weights=np.concatenate([p.weights for p in parts]),
+            uncertainty=np.concatenate([p.uncertainty for p in parts]),
+            seconds=sum(p.seconds for p in parts),
+            proba=join("proba"),
+            expert_proba=join("expert_proba"),
+            mean=join("mean"),
+            std=join("std"),
+            interval=join("interval"),
+            expert_means=join("expert_means"),
+            finite=all(p.finite for p in parts),
+        )
+
 
 class BundlePredictor:
     """Stateless apart from the session; safe to call from several threads."""

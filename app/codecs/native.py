@@ -134,6 +134,36 @@ def encode(result: InferenceResult, opts: Options, request_id: str) -> bytes:
     return render_rows(template, result, opts.include, head, b"]}")
 
 
+class RowParts:
+    """The rows answer of a large request made in parts, each as its rows' graph run ends
+    (:meth:`app.core.service.Service.infer`); joined, it is :func:`encode`'s answer."""
+
+    def __init__(self, opts: Options, request_id: str) -> None:
+        self.include = opts.include
+        self.request_id = request_id
+
+    def part(self, result: InferenceResult) -> bytes:
+        """A part's rows, comma-separated."""
+        model = result.model
+        key = ("rows", self.include)
+        template = model.cache.get(key)
+        if template is None:
+            template = model.cache[key] = row_template(model, self.include)
+        return render_rows(template, result, self.include)
+
+    def join(self, model: LoadedModel, parts: list[bytes]) -> bytes:
+        pieces = [_header(model, self.request_id), b',"predictions":[']
+        for i, part in enumerate(parts):
+            pieces += [b",", part] if i else [part]
+        pieces.append(b"]}")
+        return b"".join(pieces)
+
+
+def row_parts(opts: Options, request_id: str) -> RowParts | None:
+    """The answer in parts, for the rows format; None for columnar, made whole."""
+    return RowParts(opts, request_id) if opts.format == "rows" else None
+
+
 def numeric_block(result: InferenceResult, include: tuple[str, ...]) -> np.ndarray:
     """Every number of every row, in the template's order, as one (n, K) float64 array."""
     p = result.prediction

@@ -12,8 +12,7 @@ import asyncio
 import hmac
 import logging
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from sqlalchemy.exc import SQLAlchemyError
 
@@ -25,6 +24,7 @@ from app.bundle.predictor import Prediction
 from app.core.batching import Batcher
 from app.core.context import RequestContext
 from app.core.follow import LatestFollower
+from app.core.graph import PART_ROWS, AnswerParts, GraphThread
 from app.core.plane import InferenceRequest, InferenceResult, check_finite
 from app.core.runtime import LoadedModel, ModelRuntime
 from app.core.tracing import Tracing
@@ -46,23 +46,6 @@ Encoded = TypeVar("Encoded")  # a codec's answer: bytes for REST, a message for 
 # Up to this many rows onnxruntime and the mixture take well under a millisecond, which is
 # cheaper inline on the event loop than a hop to a worker thread (measured).
 INLINE_ROWS = 64
-# A larger request also runs inline when no other request is being served and its graph
-# should take at most this long: the hop to the graph thread and back costs about 0.25 ms
-# here, and a request arriving meanwhile waits no longer than this for the loop.
-ALONE_SECONDS = 0.002
-ROW_SECONDS = "graph_seconds_per_row"  # the key of a model's running estimate in its cache
-
-
-def runs_alone_inline(n: int, in_flight: int, seconds_per_row: float | None) -> bool:
-    """Whether a request of ``n`` rows, above :data:`INLINE_ROWS`, runs on the event loop.
-
-    Only when it is the one request in flight and the model's graph time is known (from
-    its earlier large requests) and short enough; a model whose graph is slow per row (a
-    kNN expert over its training set) keeps every large request off the loop.
-    """
-    if in_flight != 1 or seconds_per_row is None:
-        return False
-    return n * seconds_per_row <= ALONE_SECONDS
 
 
 class Service:
@@ -87,10 +70,7 @@ class Service:
             if settings.batching
             else None
         )
-        # Large batches run the graph here, one at a time: concurrent runs would each grow
-        # onnxruntime's arena (415 MB for california at 8 concurrent 1000-row requests),
-        # and two cores gain nothing from more than one graph thread beside the event loop.
-        self.graph = ThreadPoolExecutor(1, thread_name_prefix="iabma-graph")
+        self.graph = GraphThread()
         self.follower = LatestFollower(settings, self.runtime, self.metrics)
         self.hash_key = b""
         self._tasks: list[asyncio.Task[None]] = []
@@ -137,7 +117,7 @@ class Service:
 
     async def stop(self) -> None:
         self.runtime.draining = True
-        self.graph.shutdown(wait=True)
+        self.graph.shutdown()
         if self.writer is not None:
             await self.writer.close()
         if self.store is not None:
@@ -185,14 +165,23 @@ class Service:
         request: InferenceRequest,
         ctx: RequestContext,
         encode: Callable[[InferenceResult], Encoded],
+        parts: AnswerParts | None = None,
     ) -> Encoded:
         """Run the graph, queue the audit record, encode the answer, await the commit.
 
         Every 2xx has a durable record; a request refused before the graph ran has none.
+        With ``parts``, a large request off the event loop is encoded part by part while
+        its graph runs (:meth:`infer_in_parts`); its answer is the same.
         """
         # Requests in here, before or after the graph, are what a batch may wait for.
         self.in_flight += 1
         try:
+            if (
+                parts is not None
+                and request.n > PART_ROWS
+                and not self.graph.inline(model, request.n, self.in_flight)
+            ):
+                return cast(Encoded, await self.infer_in_parts(model, request, ctx, parts))
             pred = await self.predict(model, request)
             result = InferenceResult(model, pred)
             committed, taken = self.submit_record(result, request, ctx)
@@ -225,25 +214,35 @@ class Service:
                     else:
                         pred = model.predictor.predict(request.columns)
                 else:
-                    pred = await self.predict_large(model, request)
+                    pred = await self.graph.predict(model, request, self.in_flight)
             check_finite(model, pred, request.row_field)
             return pred
         finally:
             self.unrecorded -= 1
 
-    async def predict_large(self, model: LoadedModel, request: InferenceRequest) -> Prediction:
-        """Run a large request's graph on the graph thread, or inline when it runs alone and
-        its graph should be short (see :func:`runs_alone_inline`); learn its time per row."""
-        per_row = model.cache.get(ROW_SECONDS)
-        if runs_alone_inline(request.n, self.in_flight, per_row):
-            pred = model.predictor.predict(request.columns)
-        else:
-            loop = asyncio.get_running_loop()
-            predict = model.predictor.predict
-            pred = await loop.run_in_executor(self.graph, predict, request.columns)
-        seen = pred.seconds / request.n
-        model.cache[ROW_SECONDS] = seen if per_row is None else 0.8 * per_row + 0.2 * seen
-        return pred
+    async def infer_in_parts(
+        self, model: LoadedModel, request: InferenceRequest, ctx: RequestContext, parts: AnswerParts
+    ) -> bytes:
+        """:meth:`infer` for a large request off the event loop: its answer is encoded part
+        by part while its graph runs (:meth:`GraphThread.predict_in_parts`); the record and
+        the checks are those of the whole request."""
+        self.unrecorded += 1
+        try:
+            with self.tracing.span("graph"):
+                pred, encoded = await self.graph.predict_in_parts(model, request, parts)
+            check_finite(model, pred, request.row_field)
+        finally:
+            self.unrecorded -= 1
+        result = InferenceResult(model, pred)
+        committed, _ = self.submit_record(result, request, ctx)
+        try:
+            content = parts.join(model, encoded)
+        finally:
+            if committed is not None:
+                with self.tracing.span("audit"):
+                    await committed
+        self.count(result, request)
+        return content
 
     def submit_record(
         self, result: InferenceResult, request: InferenceRequest, ctx: RequestContext

@@ -42,7 +42,11 @@ async def predict_answer(
         body = parse_json(await read_body(chunks, head, service.settings.max_body_bytes))
         inference, opts = native.decode(body, model, service.settings.max_batch_rows)
     return await service.infer(
-        model, inference, ctx, lambda result: native.encode(result, opts, ctx.request_id)
+        model,
+        inference,
+        ctx,
+        lambda result: native.encode(result, opts, ctx.request_id),
+        native.row_parts(opts, ctx.request_id),
     )
 
 
