@@ -68,10 +68,10 @@ class GraphThread:
 
     async def predict_in_parts(
         self, model: LoadedModel, request: InferenceRequest, parts: AnswerParts
-    ) -> tuple[Prediction, list[bytes]]:
-        """The answer of runs of about :data:`PART_ROWS` rows each, queued here at once,
-        and each run's rows encoded by ``parts`` on the event loop as the run ends (the
-        graph holds no GIL)."""
+    ) -> tuple[Prediction, list[bytes], Prediction]:
+        """The answer of runs of about :data:`PART_ROWS` rows each, queued here at once;
+        each run's rows but the last's encoded by ``parts`` on the event loop as the run
+        ends (the graph holds no GIL); and the last run's answer."""
         loop = asyncio.get_running_loop()
         n, columns = request.n, request.columns
         k = -(-n // PART_ROWS)
@@ -86,14 +86,15 @@ class GraphThread:
         encoded: list[bytes] = []
         try:
             for run in runs:
+                if preds:
+                    encoded.append(parts.part(InferenceResult(model, preds[-1])))
                 preds.append(await run)
-                encoded.append(parts.part(InferenceResult(model, preds[-1])))
         except BaseException:
             for run in runs:
                 run.cancel()
             await asyncio.gather(*runs, return_exceptions=True)
             raise
-        return _learned(model, Prediction.joined(preds), n), encoded
+        return _learned(model, Prediction.joined(preds), n), encoded, preds[-1]
 
     def shutdown(self) -> None:
         self.executor.shutdown(wait=True)

@@ -182,25 +182,33 @@ class Service:
                 and not self.graph.inline(model, request.n, self.in_flight)
             ):
                 return cast(Encoded, await self.infer_in_parts(model, request, ctx, parts))
-            pred = await self.predict(model, request)
-            result = InferenceResult(model, pred)
-            committed, taken = self.submit_record(result, request, ctx)
-            if taken is not None and committed is not None:
-                # Let the writer build its row first; see app.audit.writer.
-                await asyncio.wait((taken, committed), return_when=asyncio.FIRST_COMPLETED)
-            # The encoding overlaps the commit: the writer thread waits on the disk (without the
-            # GIL) while this thread formats the answer. Nothing is sent before the record is
-            # durable; an encoding fault (a server bug, a 500) leaves its record in the trail.
-            try:
-                content = encode(result)
-            finally:
-                if committed is not None:
-                    with self.tracing.span("audit"):
-                        await committed
-            self.count(result, request)
-            return content
+            result = InferenceResult(model, await self.predict(model, request))
+            return await self.recorded(result, request, ctx, lambda: encode(result))
         finally:
             self.in_flight -= 1
+
+    async def recorded(
+        self,
+        result: InferenceResult,
+        request: InferenceRequest,
+        ctx: RequestContext,
+        encode: Callable[[], Encoded],
+    ) -> Encoded:
+        """Queue the record, encode the answer while the writer thread waits on the disk
+        (without the GIL), await the commit, count the prediction. An encoding fault (a
+        server bug, a 500) leaves its record in the trail."""
+        committed, taken = self.submit_record(result, request, ctx)
+        if taken is not None and committed is not None:
+            # Let the writer build its row first; see app.audit.writer.
+            await asyncio.wait((taken, committed), return_when=asyncio.FIRST_COMPLETED)
+        try:
+            content = encode()
+        finally:
+            if committed is not None:
+                with self.tracing.span("audit"):
+                    await committed
+        self.count(result, request)
+        return content
 
     async def predict(self, model: LoadedModel, request: InferenceRequest) -> Prediction:
         """The request's answer from the graph, checked; meanwhile the request counts among
@@ -223,26 +231,22 @@ class Service:
     async def infer_in_parts(
         self, model: LoadedModel, request: InferenceRequest, ctx: RequestContext, parts: AnswerParts
     ) -> bytes:
-        """:meth:`infer` for a large request off the event loop: its answer is encoded part
-        by part while its graph runs (:meth:`GraphThread.predict_in_parts`); the record and
-        the checks are those of the whole request."""
+        """:meth:`infer` for a large request off the event loop: its rows are encoded part
+        by part while its graph runs (:meth:`GraphThread.predict_in_parts`), the last part
+        once the record is queued, so that the commit overlaps it. The record and the
+        checks are those of the whole request."""
         self.unrecorded += 1
         try:
             with self.tracing.span("graph"):
-                pred, encoded = await self.graph.predict_in_parts(model, request, parts)
+                pred, encoded, last = await self.graph.predict_in_parts(model, request, parts)
             check_finite(model, pred, request.row_field)
         finally:
             self.unrecorded -= 1
-        result = InferenceResult(model, pred)
-        committed, _ = self.submit_record(result, request, ctx)
-        try:
-            content = parts.join(model, encoded)
-        finally:
-            if committed is not None:
-                with self.tracing.span("audit"):
-                    await committed
-        self.count(result, request)
-        return content
+
+        def answer() -> bytes:
+            return parts.join(model, [*encoded, parts.part(InferenceResult(model, last))])
+
+        return await self.recorded(InferenceResult(model, pred), request, ctx, answer)
 
     def submit_record(
         self, result: InferenceResult, request: InferenceRequest, ctx: RequestContext

@@ -61,10 +61,11 @@ def test_parts_join_into_the_answer_of_the_whole_batch(bundles: Bundles, tmp_pat
     graph = GraphThread()
     try:
         parts = native.RowParts(opts, "rid-1")
-        pred, encoded = asyncio.run(graph.predict_in_parts(model, request, parts))
+        pred, encoded, last = asyncio.run(graph.predict_in_parts(model, request, parts))
     finally:
         graph.shutdown()
-    assert len(encoded) == 3 and pred.n == N
+    assert len(encoded) == 2 and pred.n == N and last.n == N // 3
+    encoded.append(parts.part(InferenceResult(model, last)))
     np.testing.assert_allclose(pred.weights, whole.weights, rtol=1e-9, atol=1e-12)
     assert pred.seconds > 0 and model.cache[ROW_SECONDS] == pytest.approx(pred.seconds / N)
     joined = parts.join(model, encoded)
