@@ -48,6 +48,9 @@ class AnswerParts(Protocol):
 
 
 class GraphThread:
+    """The one thread that runs large requests' graphs, and the rule for when one runs
+    on the event loop instead."""
+
     def __init__(self) -> None:
         self.executor = ThreadPoolExecutor(1, thread_name_prefix="iabma-graph")
 
