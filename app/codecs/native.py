@@ -126,12 +126,17 @@ def encode(result: InferenceResult, opts: Options, request_id: str) -> bytes:
     if opts.format == "columnar":
         return encode_columnar(result, opts, request_id)
     model = result.model
-    key = ("rows", opts.include)
+    head = _header(model, request_id) + b',"predictions":['
+    return render_rows(_template(model, opts.include), result, opts.include, head, b"]}")
+
+
+def _template(model: LoadedModel, include: tuple[str, ...]) -> RowTemplate:
+    """The bundle's row template for ``include``, made once."""
+    key = ("rows", include)
     template = model.cache.get(key)
     if template is None:
-        template = model.cache[key] = row_template(model, opts.include)
-    head = _header(model, request_id) + b',"predictions":['
-    return render_rows(template, result, opts.include, head, b"]}")
+        template = model.cache[key] = row_template(model, include)
+    return template
 
 
 class RowParts:
@@ -144,12 +149,7 @@ class RowParts:
 
     def part(self, result: InferenceResult) -> bytes:
         """A part's rows, comma-separated."""
-        model = result.model
-        key = ("rows", self.include)
-        template = model.cache.get(key)
-        if template is None:
-            template = model.cache[key] = row_template(model, self.include)
-        return render_rows(template, result, self.include)
+        return render_rows(_template(result.model, self.include), result, self.include)
 
     def join(self, model: LoadedModel, parts: list[bytes]) -> bytes:
         pieces = [_header(model, self.request_id), b',"predictions":[']
