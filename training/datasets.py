@@ -193,6 +193,21 @@ def guess_decimal(text: pd.DataFrame, delimiter: str) -> Decimal:
     return "."
 
 
+def _not_numeric(text: str, row: int, rule: Normaliser) -> str:
+    """Why a regression target's cell is refused: text, or a number with the other mark."""
+    where = f'"{text[:40]}" in data row {row + 1}'
+    if rule.decimal == "," and replace(rule, decimal=".").number_text(text) is not None:
+        return (
+            f"a regression target must be numeric; {where} is a number with a decimal point, "
+            "but this file is read with decimal commas (its other numbers are written "
+            'like "3,5"); write one decimal mark throughout'
+        )
+    return (
+        f"a regression target must be numeric; it holds text ({where}). Use --task "
+        "classification if it names classes"
+    )
+
+
 def _target(path: Path, cells: pd.Series, name: str, task: str, rule: Normaliser) -> pd.Series:
     """The target column typed for ``task``: float64, int64 class codes or string labels."""
     texts = [rule.text(c) for c in cells.tolist()]
@@ -200,12 +215,7 @@ def _target(path: Path, cells: pd.Series, name: str, task: str, rule: Normaliser
     if task == "regression":
         for row, t, v in zip(cells.index, texts, numbers, strict=True):
             if t is not None and v is None:
-                raise CsvError(
-                    path,
-                    f'a regression target must be numeric; it holds text ("{t[:40]}" in data '
-                    f"row {row + 1}). Use --task classification if it names classes",
-                    column=name,
-                )
+                raise CsvError(path, _not_numeric(t, row, rule), column=name)
         return pd.Series([np.nan if v is None else v for v in numbers], dtype=np.float64, name=name)
     n_present = sum(t is not None for t in texts)
     values = [v for v in numbers if v is not None]

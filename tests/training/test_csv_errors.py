@@ -107,6 +107,15 @@ REFUSED = {
         ["--encoding", "klingon"],
         ["--encoding='klingon' is not a text encoding Python knows"],
     ),
+    "regression target with decimal points in a file of decimal commas": (
+        "a;y\n" + "".join(f"{i},5;{i}.25\n" for i in range(80)),
+        ["--task", "regression"],
+        [
+            "column 'y': a regression target must be numeric",
+            '"0.25" in data row 1',
+            "a number with a decimal point, but this file is read with decimal commas",
+        ],
+    ),
     "regression target given as text": (
         table(y=["12k"] + ["1.5"] * 79),
         ["--task", "regression"],
