@@ -276,8 +276,10 @@ def typed_frame(
             )
             continue
         if name not in keep and col.nunique(dropna=False) == 1:
+            value = col.iloc[0]
+            value = value.item() if isinstance(value, np.generic) else value  # 1.0, not np's repr
             warnings.warn(
-                f"{path}: column {name!r} holds the same value ({col.iloc[0]!r}) in every "
+                f"{path}: column {name!r} holds the same value ({value!r}) in every "
                 "row, so it tells the models nothing; drop it (--drop) unless it varies in "
                 "the data you will serve",
                 DataWarning,

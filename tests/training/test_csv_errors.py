@@ -298,6 +298,9 @@ def test_a_constant_column_gets_a_hint(tmp_path: Path, capsys: pytest.CaptureFix
     assert code == 0, err
     assert "column 'region' holds the same value ('north') in every row" in err
     assert "--drop" in err
+    code, _out, err = train(capsys, write(tmp_path, table(level=[1.5] * 80)))
+    assert code == 0, err
+    assert "column 'level' holds the same value (1.5) in every row" in err
     code, _out, err = train(capsys, write(tmp_path, table(region=["north", "south"] * 40)))
     assert code == 0 and "same value" not in err
 
