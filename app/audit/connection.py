@@ -14,6 +14,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from psycopg import RawCursor
 from sqlalchemy import Engine, make_url
 
 from app.audit.bulk import BulkInsert, ChainedInsert, LinkedInsert
@@ -127,7 +128,8 @@ class WriterConnection:
         (:class:`LinkedInsert`), or past its rows one transaction with the ``COPY``."""
         one = None if link is None or self._linked is None else self._linked.statement(rows, link)
         if one is not None:
-            cur.execute(*one)
+            with RawCursor(dbapi) as raw:  # numbered placeholders, not parsed by psycopg
+                raw.execute(*one)
             return
         if link is None:
             with cur.copy(self._copy) as copy:

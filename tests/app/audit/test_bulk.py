@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from app.audit.bulk import ROWS_PER_STATEMENT, VIEW
+from app.audit.bulk import ROWS_PER_STATEMENT, VIEW, BulkInsert
 from app.audit.chain import chain_key
 from app.audit.store import AuditStore
 from app.audit.verify import verify
@@ -57,6 +57,14 @@ def test_a_group_is_one_statement_with_or_without_its_link(
         f"INSERT INTO {target}",
         "COMMIT",
     ]
+
+
+def test_numbered_placeholders_run_on_across_the_rows() -> None:
+    bulk = BulkInsert("t", ["a", "b"], "$", first=4)
+    assert bulk.sql(2) == "INSERT INTO t (a, b) VALUES ($4, $5), ($6, $7)"
+    assert (
+        BulkInsert("t", ["a", "b"], "%s").sql(2) == "INSERT INTO t (a, b) VALUES (%s, %s), (%s, %s)"
+    )
 
 
 # The database refuses a record inside the group's statement: a trigger per database.
