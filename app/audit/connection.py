@@ -170,11 +170,12 @@ class WriterConnection:
         self._head = None
         conn, self._conn = self._conn, None
         if conn is not None:
+            # The driver's own connection: closing it drops any open transaction. Detached
+            # from the pool, the wrapper's invalidate() would leave it open, and its close()
+            # rolls back first, which on a connection the server dropped fails and is logged
+            # with a traceback by SQLAlchemy's pool, outside our log lines.
             with contextlib.suppress(Exception):
-                conn.rollback()
-            # Detached from the pool, so invalidate() would leave it open: close it.
-            with contextlib.suppress(Exception):
-                conn.close()
+                conn.dbapi_connection.close()
 
     def _ready(self) -> Any:
         idle = time.monotonic() - self._used > IDLE_PING_S

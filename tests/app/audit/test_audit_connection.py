@@ -37,6 +37,27 @@ def test_a_connection_the_database_closed_while_idle_is_replaced_unseen(pg_url: 
     ]
 
 
+def test_a_connection_lost_in_a_commit_fails_its_group_quietly_and_is_replaced(
+    pg_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A restart or failover ends the session while the writer uses it: that group fails
+    # (its requests get a 503, logged by the writer), and closing the dead connection adds
+    # no traceback of its own (SQLAlchemy's pool logged one, outside the JSON log lines).
+    store = AuditStore(pg_url, 10.0)
+    store.prepare()
+    store.insert([make_record("before")])
+    trail = Trail(pg_url, None)
+    pid = store._writer._conn.dbapi_connection.info.backend_pid
+    trail.execute(f"SELECT pg_terminate_backend({pid})")
+    with caplog.at_level(logging.WARNING):
+        with pytest.raises(Exception, match="terminat|closed|lost"):
+            store.insert([make_record("lost")])
+    store.insert([make_record("after")])
+    store.close()
+    assert [r.getMessage() for r in caplog.records] == []
+    assert sorted(trail.request_ids()) == ["after", "before"]
+
+
 def test_a_deleted_sqlite_trail_is_refused_not_written_to(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
