@@ -59,6 +59,12 @@ def setup_logging(settings: Settings) -> None:
     handler.set_name(_HANDLER_NAME)
     handler.setFormatter(formatter)
     root.addHandler(handler)
+    # Libraries' warnings and errors (SQLAlchemy's pool, asyncio) go to the root logger;
+    # with no handler there, Python prints them as bare text amid the JSON lines.
+    top = logging.getLogger()
+    for h in [h for h in top.handlers if h.get_name() == _HANDLER_NAME]:
+        top.removeHandler(h)
+    top.addHandler(handler)
     logging.getLogger("uvicorn.access").disabled = True
     if settings.log_format == "json":
         for h in logging.getLogger("uvicorn").handlers:
