@@ -49,6 +49,8 @@ def serve(
         return 2
     import uvicorn
 
+    from app.core.logs import uvicorn_log_config
+
     uvicorn.run(
         FACTORY,
         factory=True,
@@ -57,6 +59,7 @@ def serve(
         port=port,
         workers=workers,
         access_log=False,
+        log_config=uvicorn_log_config(settings),
         proxy_headers=proxy_headers,
         timeout_keep_alive=keep_alive_seconds,
         timeout_graceful_shutdown=int(graceful_seconds),

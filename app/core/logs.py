@@ -71,6 +71,29 @@ def setup_logging(settings: Settings) -> None:
             h.setFormatter(formatter)
 
 
+def uvicorn_log_config(settings: Settings) -> dict[str, Any]:
+    """uvicorn's logging in the configured format, for every process it starts: a server
+    of several workers logs from a supervisor that never builds the app."""
+    formatter = JsonFormatter if settings.log_format == "json" else TextFormatter
+    return {
+        "version": 1,
+        "disable_existing_loggers": False,
+        "formatters": {_HANDLER_NAME: {"()": f"{__name__}.{formatter.__name__}"}},
+        "handlers": {
+            _HANDLER_NAME: {
+                "class": "logging.StreamHandler",
+                "formatter": _HANDLER_NAME,
+                "stream": "ext://sys.stderr",
+            }
+        },
+        "loggers": {
+            "uvicorn": {"handlers": [_HANDLER_NAME], "level": "INFO", "propagate": False},
+            "uvicorn.error": {"level": "INFO"},
+            "uvicorn.access": {"level": "INFO", "propagate": False},
+        },
+    }
+
+
 class AccessLog:
     """The one line per request, written without the logging module's machinery.
 

@@ -186,3 +186,28 @@ def test_iabma_workers_setting_is_honoured_and_checked(bundles: Bundles, tmp_pat
     )  # fmt: skip
     assert proc.returncode == 2
     assert proc.stderr.startswith("iabma serve: error: IABMA_WORKERS=3 with a SQLite audit trail")
+
+
+def test_every_line_a_two_worker_server_logs_is_json(bundles: Bundles, tmp_path: Path) -> None:
+    """The supervisor of several workers never builds the app; its own lines (where it
+    listens, its pid, the workers it starts and stops) are JSON lines too."""
+    env = {
+        "IABMA_STORE": str(bundles.store),
+        "IABMA_MODEL_NAME": "demo",
+        "IABMA_AUDIT_ENABLED": "false",
+    }
+
+    def argv(port: int) -> list[str]:
+        return [PYTHON, "-m", "app.server", "--port", str(port), "--workers", "2"]
+
+    with UvicornProcess(env, cwd=tmp_path, argv=argv) as served:
+        served.wait_ready()
+        r = httpx.post(served.base_url + "/predict", json={"instances": [{"x1": 1.0, "x2": 0.0}]})
+        assert r.status_code == 200, r.text
+        code, _, err = served.terminate()
+    assert code == 0
+    lines = [json.loads(line) for line in err.splitlines()]
+    messages = [line["message"] for line in lines]
+    assert any(m.startswith("Uvicorn running on http://127.0.0.1:") for m in messages), err
+    assert any(m.startswith("Started parent process") for m in messages), err
+    assert any(line.get("request_id") == r.headers["x-request-id"] for line in lines), err
