@@ -50,18 +50,19 @@ def options(body: dict[str, Any]) -> Options:
         raise _bad("format", "invalid_value", f"expected one of {', '.join(FORMATS)}, got "
                    f"{json_type(fmt)}")  # fmt: skip
     include = body.get("include", list(PARTS))
-    if (
-        not isinstance(include, list)
-        or not include
-        or any(not isinstance(p, str) or p not in PARTS for p in include)
-        or len(set(include)) != len(include)
-    ):
+    if not isinstance(include, list) or not include:
         raise _bad(
             "include",
             "invalid_value",
             f"expected a non-empty list of distinct parts among {', '.join(PARTS)}, got "
             f"{json_type(include)}",
         )
+    for i, part in enumerate(include):
+        if not isinstance(part, str) or part not in PARTS:
+            raise _bad(f"include[{i}]", "invalid_value",
+                       f"expected one of {', '.join(PARTS)}, got {json_type(part)}")  # fmt: skip
+        if part in include[:i]:
+            raise _bad(f"include[{i}]", "invalid_value", f"{json_type(part)} is listed twice")
     return Options(fmt, tuple(p for p in PARTS if p in include))
 
 
