@@ -126,7 +126,9 @@ def _rows(shape: Any, field: str) -> int:
         isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape
     )
     if not ok or len(shape) not in (1, 2) or (len(shape) == 2 and shape[1] != 1):
-        raise _bad(field, f"expected [n] or [n, 1], got {json_type(shape)}")
+        short = isinstance(shape, list) and len(shape) <= 4
+        shown = f"[{', '.join(json_type(d) for d in shape)}]" if short else json_type(shape)
+        raise _bad(field, f"expected [n] or [n, 1], got {shown}")
     return int(shape[0])
 
 

@@ -187,7 +187,11 @@ def _x(data: list[Any], name: str = "x1", dtype: str = "FP32", shape: Any = None
         ),
         (
             {"inputs": [_x([1.0], shape=[1, 2]), _x([1.0], "x2")]},
-            "inputs[0].shape: expected [n] or [n, 1]",
+            "inputs[0].shape: expected [n] or [n, 1], got [1, 2]",
+        ),
+        (
+            {"inputs": [_x([1.0], shape=[-1]), _x([1.0], "x2")]},
+            "inputs[0].shape: expected [n] or [n, 1], got [-1]",
         ),
         (
             {"inputs": [_x([1.0, 2.0], shape=[3]), _x([1.0, 2, 3], "x2")]},
