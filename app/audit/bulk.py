@@ -32,7 +32,7 @@ class BulkInsert:
         self, table: str, columns: Sequence[str], param_marker: str, first: int = 1
     ) -> None:
         """``param_marker`` is ``?`` or ``%s``, or ``$`` for PostgreSQL's numbered
-        placeholders, the first of them ``$first``."""
+        parameters, ``$first`` onwards."""
         self.head = f"INSERT INTO {table} ({', '.join(columns)}) VALUES "
         self.width, self.first = len(columns), first
         self.row = (
@@ -129,9 +129,9 @@ class LinkedInsert:
     In place of BEGIN, ``COPY``, the link's INSERT and COMMIT: four round trips a group, on
     which the writer waited for the server and then for the GIL.
 
-    Its placeholders are PostgreSQL's own (``$1``, ...), run by a raw cursor: psycopg
-    parses a statement of more than 50 ``%s`` anew each time, which was a fifth of the
-    writer's time at 32 connections.
+    Its parameters are PostgreSQL's numbered ones (``$1``, ...), run by a raw cursor:
+    psycopg parses a statement of more than 50 ``%s`` anew each time (docs/design.md, "The
+    writer's connection").
     """
 
     def __init__(self, records: str, links: str, columns: Sequence[str]) -> None:

@@ -128,7 +128,7 @@ class WriterConnection:
         (:class:`LinkedInsert`), or past its rows one transaction with the ``COPY``."""
         one = None if link is None or self._linked is None else self._linked.statement(rows, link)
         if one is not None:
-            with RawCursor(dbapi) as raw:  # numbered placeholders, not parsed by psycopg
+            with RawCursor(dbapi) as raw:  # $n parameters: psycopg parses nothing
                 raw.execute(*one)
             return
         if link is None:

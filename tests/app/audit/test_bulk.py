@@ -59,7 +59,7 @@ def test_a_group_is_one_statement_with_or_without_its_link(
     ]
 
 
-def test_numbered_placeholders_run_on_across_the_rows() -> None:
+def test_numbered_parameters_run_on_across_the_rows() -> None:
     bulk = BulkInsert("t", ["a", "b"], "$", first=4)
     assert bulk.sql(2) == "INSERT INTO t (a, b) VALUES ($4, $5), ($6, $7)"
     assert (
