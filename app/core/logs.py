@@ -46,10 +46,12 @@ class TextFormatter(logging.Formatter):
         return super().format(record) + (f" {extra}" if extra else "")
 
 
+def _formatter(settings: Settings) -> type[logging.Formatter]:
+    return JsonFormatter if settings.log_format == "json" else TextFormatter
+
+
 def setup_logging(settings: Settings) -> None:
-    formatter: logging.Formatter = (
-        JsonFormatter() if settings.log_format == "json" else TextFormatter()
-    )
+    formatter = _formatter(settings)()
     root = logging.getLogger("iabma")
     root.setLevel(settings.log_level)
     root.propagate = False
@@ -74,7 +76,7 @@ def setup_logging(settings: Settings) -> None:
 def uvicorn_log_config(settings: Settings) -> dict[str, Any]:
     """uvicorn's logging in the configured format, for every process it starts: a server
     of several workers logs from a supervisor that never builds the app."""
-    formatter = JsonFormatter if settings.log_format == "json" else TextFormatter
+    formatter = _formatter(settings)
     return {
         "version": 1,
         "disable_existing_loggers": False,
