@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import os
 import secrets
+import tempfile
 from pathlib import Path
 
 from sqlalchemy.engine import make_url
@@ -53,27 +54,45 @@ def audit_hash_key(settings: Settings, make: bool = True) -> bytes:
         raise StartupRefused(
             f"no key: IABMA_AUDIT_HASH_KEY (or _FILE) is not set and {path} does not exist"
         )
-    return _local_key(path)
+    return local_key(path)
 
 
-def _local_key(path: Path) -> bytes:
+def local_key(path: Path) -> bytes:
+    """The key kept at ``path``, made there first if there is none. Written to a file of its
+    own and then linked into place, so that workers starting together never read a key
+    file before the whole key is in it: the first link wins and the others read its key."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError:
-        key = path.read_text(encoding="utf-8").strip()
-        if len(key) < MIN_KEY_CHARS:
-            raise StartupRefused(
-                f"the audit hash key file {path} holds {len(key)} characters; remove it to "
-                "have a new key made, or set IABMA_AUDIT_HASH_KEY"
-            ) from None
-        if path.stat().st_mode & 0o077:
-            log.warning("the audit hash key file %s is readable by others; chmod 600 it", path)
-        return key.encode("utf-8")
-    key = secrets.token_hex(32)
-    with os.fdopen(fd, "w", encoding="utf-8") as fh:
-        fh.write(key + "\n")
-        fh.flush()
-        os.fsync(fh.fileno())
-    log.info("made an audit hash key at %s (keep it with the trail)", path)
+    if not path.exists():
+        key = secrets.token_hex(32)
+        fd, tmp = tempfile.mkstemp(prefix=path.name + ".", dir=path.parent)  # mode 0600
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                fh.write(key + "\n")
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.link(tmp, path)
+        except FileExistsError:
+            pass
+        else:
+            _sync_dir(path.parent)
+            log.info("made an audit hash key at %s (keep it with the trail)", path)
+            return key.encode("utf-8")
+        finally:
+            os.unlink(tmp)
+    key = path.read_text(encoding="utf-8").strip()
+    if len(key) < MIN_KEY_CHARS:
+        raise StartupRefused(
+            f"the audit hash key file {path} holds {len(key)} characters; remove it to "
+            "have a new key made, or set IABMA_AUDIT_HASH_KEY"
+        )
+    if path.stat().st_mode & 0o077:
+        log.warning("the audit hash key file %s is readable by others; chmod 600 it", path)
     return key.encode("utf-8")
+
+
+def _sync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

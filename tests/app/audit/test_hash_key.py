@@ -5,12 +5,15 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import multiprocessing
 import stat
+import time
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import pytest
 
-from app.audit.hashkey import KEY_SUFFIX
+from app.audit.hashkey import KEY_SUFFIX, local_key
 from app.settings import Settings
 from tests.support.bundles import Bundles, make_settings
 from tests.support.harness import AsgiHarness, UvicornProcess
@@ -90,3 +93,20 @@ def test_postgresql_without_a_usable_key_refuses_to_start(
 def test_the_key_is_never_shown(tmp_path: Path) -> None:
     s = Settings(audit_hash_key="do-not-print-me-0123456789")
     assert "do-not-print-me" not in repr(s) and "do-not-print-me" not in str(s.model_dump())
+
+
+def test_processes_starting_together_get_one_whole_key(tmp_path: Path) -> None:
+    # Workers of one server start at once; none may read the file before its key is in it.
+    with ProcessPoolExecutor(4, mp_context=multiprocessing.get_context("spawn")) as pool:
+        for round_ in range(10):
+            path = tmp_path / f"audit-{round_}.db{KEY_SUFFIX}"
+            keys = list(pool.map(_key_after, [path] * 4, [time.time() + 0.2] * 4))
+            assert len(set(keys)) == 1 and len(keys[0]) == 64
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        f"audit-{r}.db{KEY_SUFFIX}" for r in range(10)
+    )  # no temporary file left behind
+
+
+def _key_after(path: Path, start: float) -> bytes:
+    time.sleep(max(0.0, start - time.time()))
+    return local_key(path)
