@@ -1,9 +1,10 @@
 """``iabma refit``: refit a bundle's gate on the outcomes in the audit trail; stage it.
 
-Reads the outcome rows (and their inputs) of the window, refits the gate on all but a
-held-out share, prints the served and the refitted gate side by side on the held-out rows
-with the bootstrap SE of their paired difference, and writes a new version with the same
-expert files. ``LATEST`` moves only with ``--promote-if-better`` and a gain beyond one SE.
+Reads the outcome rows (and their inputs) of the window, refits the gate on all but the
+latest requests, prints the served and the refitted gate side by side on those held-out
+requests with the bootstrap SE of their paired difference, and writes a new version with
+the same expert files. ``LATEST`` moves only with ``--promote-if-better`` and a gain beyond
+one SE.
 """
 
 from __future__ import annotations
@@ -27,7 +28,10 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--since", default=None, metavar="T", help="rows served at or after T (ISO)")
     p.add_argument("--until", default=None, metavar="T", help="rows served before T (ISO)")
     p.add_argument(
-        "--holdout", type=float, default=0.2, help="share of rows held out to compare (0.2)"
+        "--holdout",
+        type=float,
+        default=0.2,
+        help="share of rows held out to compare: the latest requests, whole (0.2)",
     )
     p.add_argument(
         "--csv",
@@ -102,7 +106,7 @@ def run(args: argparse.Namespace) -> int:
     from training.refit.data import check_rows, from_csv, from_trail
     from training.refit.export import write_refit
     from training.refit.gate import GateRefit, check_holdout
-    from training.refit.report import comparison_lines, held_out_metrics
+    from training.refit.report import comparison_lines, held_out_metrics, time_ranges
 
     if (args.csv is None) != (args.id_column is None):
         raise ParameterError("--csv", str(args.csv), "and --id-column go together")
@@ -144,7 +148,7 @@ def run(args: argparse.Namespace) -> int:
             bar.close()  # before the gate's own progress bars
 
     t0 = time.perf_counter()
-    refit.fit(data.X, data.y, None if args.quiet else progress)
+    refit.fit(data.X, data.y, data.record_us, None if args.quiet else progress)
     fit_s = time.perf_counter() - t0
     c = refit.comparison_
     for line in comparison_lines(refit, source.name):
@@ -160,7 +164,8 @@ def run(args: argparse.Namespace) -> int:
         "served_by": list(data.versions),
         "inputs": "csv" if args.csv is not None else "trail",
         "holdout": args.holdout,
-        **{k: c[k] for k in ("n_fit", "n_held_out", "old_nll", "new_nll")},
+        **time_ranges(refit),
+        **{k: c[k] for k in ("n_fit", "n_held_out", "n_held_requests", "old_nll", "new_nll")},
         **{k: c[k] for k in ("difference", "se_difference")},
         "gate": refit.combiner_.selected_.get("gate", "network"),
         "fit_seconds": round(fit_s, 2),

@@ -4,8 +4,9 @@ The experts are not refitted: their likelihoods come from the bundle's own graph
 through its served ``ensemble.onnx`` (which holds each expert graph unchanged), so each
 row's evidence is what the experts said when it was served. The gate and its temperature
 are fitted by :class:`~training.combiners.iabma_gate.IABMAGate`, with the selection and
-the guard against stacking's pool that training uses, on all but a held-out share of the
-rows; both gates are then scored on the held-out rows, paired.
+the guard against stacking's pool that training uses, on every row but the latest
+requests (:mod:`~training.refit.split`); both gates are then scored on those held-out
+requests, paired.
 """
 
 from __future__ import annotations
@@ -24,12 +25,13 @@ from app.bundle.manifest import Manifest
 from app.bundle.mixture import mix_classification, mix_regression
 from training.combiners.iabma_gate import IABMAGate
 from training.errors import NotFittedError, ParameterError
-from training.evaluate import BOOTSTRAP_RESAMPLES, bootstrap_se
+from training.evaluate import BOOTSTRAP_RESAMPLES
 from training.evidence import Evidence, classification_evidence, regression_evidence
 from training.features import FeatureSchema
 from training.gate_encoder import GateEncoder
 from training.params import check_real
 from training.refit.data import RefitRefused
+from training.refit.split import check_served_us, latest_requests, request_bootstrap_se
 
 # Rows per run of the served graph: bounds its memory and paces the progress bar.
 CHUNK_ROWS = 8192
@@ -53,9 +55,11 @@ class GateRefit:
     path : Path
         The source version's directory.
     holdout : float, default=0.2
-        Share of the rows held out to compare the refitted gate with the served one.
+        Share of the rows held out to compare the refitted gate with the served one: the
+        latest requests, whole, as near this share as requests allow
+        (:func:`~training.refit.split.latest_requests`).
     random_state : int, default=0
-        Seeds the held-out split and the gate.
+        Seeds the gate and the bootstrap.
     verbose : bool, default=False
         Progress bars.
 
@@ -71,11 +75,18 @@ class GateRefit:
         The refitted gate.
     temperature_ : float
         The refitted mixture temperature.
-    held_out_ : ndarray of int
-        Positions of the held-out rows.
+    fit_rows_, held_out_ : ndarray of int
+        Positions of the rows the gate was fitted on, and of the held-out rows: the
+        latest requests, every one served at or after the last fitted row.
+    served_ranges_ : dict
+        First and last serving time of each set, ``{"fit": (first, last), "held_out":
+        (first, last)}``, in the units of ``served_us``.
+    n_held_requests_ : int
+        Requests among the held-out rows.
     comparison_ : dict
         Held-out NLL of the served (``old_nll``) and refitted (``new_nll``) gate, their
-        paired ``difference`` (new minus old) and its bootstrap ``se_difference``.
+        paired ``difference`` (new minus old) and its ``se_difference``, bootstrapped over
+        the held-out requests.
     mean_weights_ : dict
         Mean weight per expert on the held-out rows, ``{"old": {...}, "new": {...}}``.
     held_weights_ : dict
@@ -85,7 +96,12 @@ class GateRefit:
     """
 
     def __init__(
-        self, path: Path, *, holdout: float = 0.2, random_state: int = 0, verbose: bool = False
+        self,
+        path: Path,
+        *,
+        holdout: float = 0.2,
+        random_state: int = 0,
+        verbose: bool = False,
     ) -> None:
         self.path = path
         self.holdout = holdout
@@ -93,11 +109,16 @@ class GateRefit:
         self.verbose = verbose
 
     def fit(
-        self, X: pd.DataFrame, y: np.ndarray, progress: Callable[[int, int], None] | None = None
+        self,
+        X: pd.DataFrame,
+        y: np.ndarray,
+        served_us: np.ndarray | None = None,
+        progress: Callable[[int, int], None] | None = None,
     ) -> GateRefit:
-        """Fit on raw inputs ``X`` and outcomes ``y``; ``progress(done, total)`` follows
-        the experts' rows."""
-        check_holdout(self.holdout)
+        """Fit on raw inputs ``X`` and outcomes ``y`` served at ``served_us`` (integer
+        times; None: in the order given, one request per row); ``progress(done, total)``
+        follows the experts' rows."""
+        holdout = check_holdout(self.holdout)
         try:
             bundle = open_bundle(Path(self.path))
         except BundleError as exc:
@@ -106,10 +127,16 @@ class GateRefit:
         self.schema_ = FeatureSchema(tuple(m.features), m.input_rule.normaliser())
         columns = self.schema_.columns(X)
         y_enc = self.encode_target(y)
-        self.outputs_, old_w = self._served(bundle.session, columns, len(y_enc), progress)
-        order = np.random.default_rng(self.random_state).permutation(len(y_enc))
-        n_held = max(1, round(self.holdout * len(y_enc)))
-        self.held_out_, fit_rows = np.sort(order[:n_held]), np.sort(order[n_held:])
+        n = len(y_enc)
+        served = np.arange(n) if served_us is None else check_served_us(served_us, n)
+        split = latest_requests(served, holdout)
+        self.fit_rows_, self.held_out_ = fit_rows, held = split.fit, split.held_out
+        self.n_held_requests_ = split.n_held_requests
+        self.served_ranges_ = {
+            k: (int(served[rows].min()), int(served[rows].max()))
+            for k, rows in (("fit", fit_rows), ("held_out", held))
+        }
+        self.outputs_, old_w = self._served(bundle.session, columns, n, progress)
         names = [self.schema_.name_of(i) for i in m.gate.inputs]
         self.encoder_ = GateEncoder(self.schema_.subset(names)).fit(take(columns, fit_rows))
         Z = self.encoder_.transform(columns)
@@ -118,15 +145,15 @@ class GateRefit:
         self.combiner_ = gate.fit(Z[fit_rows], evidence)
         self.temperature_ = float(self.combiner_.temperature_)
         self.fit_weights_ = self.combiner_.weights(Z[fit_rows])
-        held = self.held_out_
         self.held_weights_ = {"old": old_w[held], "new": self.combiner_.weights(Z[held])}
         self.y_held_ = y_enc[held]
-        self._compare(len(fit_rows))
+        self._compare(split.held_requests)
         self.columns_check_ = take(columns, held[:512])
         return self
 
-    def _compare(self, n_fit: int) -> None:
-        """Both gates on the held-out rows: NLL, the paired difference and mean weights."""
+    def _compare(self, requests: np.ndarray) -> None:
+        """Both gates on the held-out rows: NLL, the paired difference, its standard error
+        over the held-out requests, and mean weights."""
         outputs, y = self.outputs_[self.held_out_], self.y_held_
         w = self.held_weights_
         old = self.row_nll(w["old"], outputs, y, self.manifest_.mixture.temperature)
@@ -136,10 +163,11 @@ class GateRefit:
             "old_nll": float(old.mean()),
             "new_nll": float(new.mean()),
             "difference": float(diff.mean()),
-            "se_difference": bootstrap_se(diff, self.random_state),
+            "se_difference": request_bootstrap_se(diff, requests, self.random_state),
             "resamples": BOOTSTRAP_RESAMPLES,
-            "n_fit": n_fit,
+            "n_fit": len(self.fit_rows_),
             "n_held_out": len(y),
+            "n_held_requests": self.n_held_requests_,
         }
         experts = self.manifest_.expert_names
         self.mean_weights_ = {

@@ -1,18 +1,31 @@
-"""What a refit prints and records: the served and the refitted gate on the held-out rows."""
+"""What a refit prints and records: the served and the refitted gate on the held-out rows,
+and when the rows it fitted on and judged on were served."""
 
 from __future__ import annotations
 
 import numpy as np
 
+from app.audit.records import iso_from_us
 from app.bundle.mixture import mix_classification, mix_regression
 from training.evaluate import comparison_verdict
 from training.metrics import classification_scores, regression_scores
 from training.refit.gate import GateRefit
 
 
+def time_ranges(refit: GateRefit) -> dict[str, str]:
+    """When the fitting rows and the held-out rows were served (``served_us`` in
+    microseconds since the epoch): ``fit_first_row`` ... ``held_out_last_row``, ISO 8601."""
+    return {
+        f"{side}_{end}_row": iso_from_us(us)
+        for side, (first, last) in refit.served_ranges_.items()
+        for end, us in (("first", first), ("last", last))
+    }
+
+
 def comparison_lines(refit: GateRefit, source: str) -> list[str]:
-    """The two gates side by side: held-out NLL and mean weights, then the verdict."""
-    c, w = refit.comparison_, refit.mean_weights_
+    """The rows each gate saw, the two gates side by side (held-out NLL and mean weights),
+    then the verdict."""
+    c, w, t = refit.comparison_, refit.mean_weights_, time_ranges(refit)
     experts = list(w["old"])
     width = max(10, *(len(e) for e in experts))
     head = f"{'gate':<30} {'held-out NLL':>12}  " + " ".join(f"{e:>{width}}" for e in experts)
@@ -20,14 +33,21 @@ def comparison_lines(refit: GateRefit, source: str) -> list[str]:
         (f"served ({source})", c["old_nll"], w["old"]),
         ("refitted", c["new_nll"], w["new"]),
     ]
-    lines = ["", "mean weight per expert on the held-out rows", head]
+    lines = [
+        f"gate fitted on {c['n_fit']:,} rows served {t['fit_first_row']} to "
+        f"{t['fit_last_row']}; held out the latest {c['n_held_requests']:,} requests, "
+        f"{c['n_held_out']:,} rows served {t['held_out_first_row']} to {t['held_out_last_row']}",
+        "",
+        "mean weight per expert on the held-out rows",
+        head,
+    ]
     for label, nll, weights in rows:
         shares = " ".join(f"{weights[e]:>{width}.3f}" for e in experts)
         lines.append(f"{label:<30} {nll:>12.4f}  {shares}")
     lines.append(
         f"difference (refitted - served) {c['difference']:+.4f}, bootstrap standard error of "
-        f"the paired difference {c['se_difference']:.4f} ({c['resamples']} resamples of "
-        f"{c['n_held_out']:,} held-out rows; gate fitted on {c['n_fit']:,}): "
+        f"the paired difference {c['se_difference']:.4f} ({c['resamples']} resamples of the "
+        f"{c['n_held_requests']:,} held-out requests, whole): "
         + comparison_verdict(c["difference"], c["se_difference"])
     )
     selected = refit.combiner_.selected_

@@ -15,6 +15,7 @@ from tests.support.bundles import instances
 from tests.support.outcomes import drawn_from, serve_with_outcomes
 
 TRUTH = "lda"  # the expert the outcomes follow; the trained gate gives it almost no weight
+PER_REQUEST = 50  # rows per request: 40 requests in the full trail, 12 in the hashed one
 
 
 @dataclass(frozen=True)
@@ -40,9 +41,10 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> World:
     full, hashed = root / "full", root / "hash"
     rng = np.random.default_rng(0)
     rows = instances(simulate(2000, 7).X)
-    serve_with_outcomes(store, full, rows, drawn_from(TRUTH, rng), audit_payload="full")
+    label = drawn_from(TRUTH, rng)
+    serve_with_outcomes(store, full, rows, label, audit_payload="full", per_request=PER_REQUEST)
     sent = serve_with_outcomes(
-        store, hashed, rows[:600], drawn_from(TRUTH, rng), audit_payload="hash", prefix="h"
+        store, hashed, rows[:600], label, audit_payload="hash", prefix="h", per_request=PER_REQUEST
     )
     return World(
         store, path.name, f"sqlite:///{full / 'audit.db'}", f"sqlite:///{hashed / 'audit.db'}", sent

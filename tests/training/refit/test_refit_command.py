@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -16,7 +17,7 @@ from app.cli.main import main
 from tests.support.bundles import instances, make_settings
 from tests.support.harness import AsgiHarness
 from tests.support.outcomes import drawn_from
-from tests.training.refit.conftest import TRUTH, World
+from tests.training.refit.conftest import PER_REQUEST, TRUTH, World
 from training.datasets import simulate
 
 
@@ -35,6 +36,12 @@ def served(path: Path, X: pd.DataFrame, outputs: list[str]) -> list[np.ndarray]:
     bundle = open_bundle(path)
     feeds = {f.input: np.asarray(X[f.name], np.float32)[:, None] for f in bundle.manifest.features}
     return [np.asarray(a) for a in bundle.session.run(outputs, feeds)]
+
+
+def staged(store: Path, before: list[str]) -> tuple[Path, dict[str, Any]]:
+    """The one version a refit added to ``before``, and its manifest."""
+    (new,) = set(versions(store)) - set(before)
+    return store / "demo" / new, json.loads((store / "demo" / new / "manifest.json").read_text())
 
 
 def fresh_nll(path: Path, X: pd.DataFrame, y: np.ndarray) -> tuple[float, np.ndarray]:
@@ -208,3 +215,41 @@ def test_a_trail_without_outcomes_is_named(
     url = f"sqlite:///{tmp_path / 'empty.db'}"
     code, _, err = refit(capsys, "--store", str(store), "--name", "demo", "--audit-url", url)
     assert code == 2 and err.count("\n") == 1 and "holds no outcomes" in err
+
+
+def test_the_latest_requests_are_held_out_whole_and_the_report_says_when(
+    world: World, store: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from sqlalchemy import create_engine
+
+    from app.audit.labelled import labelled_rows
+    from app.audit.records import iso_from_us
+
+    code, out, err = refit(
+        capsys, "--store", str(store), "--name", "demo", "--audit-url", world.full_url
+    )
+    assert code == 0, err
+    _, manifest = staged(store, [world.version])
+    p = manifest["training"]["refit"]
+    assert p["fit_last_row"] < p["held_out_first_row"]  # one ISO format: text order is time
+    assert (
+        f"gate fitted on 1,600 rows served {p['fit_first_row']} to {p['fit_last_row']}; held "
+        f"out the latest 8 requests, 400 rows served {p['held_out_first_row']} to "
+        f"{p['held_out_last_row']}"
+    ) in out
+    assert "2000 resamples of the 8 held-out requests, whole" in out
+    # Each request of the trail on one side, whole: the 8 latest held out.
+    engine = create_engine(world.full_url)
+    rows, _ = labelled_rows(engine, "demo")
+    engine.dispose()
+    sides: dict[str, set[str]] = {}
+    for r in rows:
+        when = iso_from_us(r.record_us)
+        assert when <= p["fit_last_row"] or when >= p["held_out_first_row"]
+        sides.setdefault(r.request_id, set()).add("held" if when > p["fit_last_row"] else "fit")
+    assert all(len(s) == 1 for s in sides.values())
+    held = sorted((k for k, s in sides.items() if s == {"held"}), key=lambda k: int(k[1:]))
+    assert held == [f"r{k}" for k in range(32, 40)]
+    assert p["n_held_requests"] == 8 and p["n_held_out"] == 8 * PER_REQUEST
+    assert p["fit_first_row"] == iso_from_us(min(r.record_us for r in rows))
+    assert p["held_out_last_row"] == iso_from_us(max(r.record_us for r in rows))
