@@ -1,6 +1,7 @@
 """``iabma refit``: refit a bundle's gate on the outcomes in the audit trail; stage it.
 
-Reads the outcome rows (and their inputs) of the window, refits the gate on all but the
+Reads the outcome rows (and their inputs) of the window, refits the gate (the bundle's own
+combiner and settings unless ``--combiner``/``--kl-weight`` say otherwise) on all but the
 latest requests, prints the served and the refitted gate side by side on those held-out
 requests with the bootstrap SE of their paired difference, and writes a new version with
 the same expert files. ``LATEST`` moves only with ``--promote-if-better`` and a gain beyond
@@ -34,6 +35,17 @@ def add_parser(sub: Any) -> None:
         help="share of rows held out to compare: the latest requests, whole (0.2)",
     )
     p.add_argument(
+        "--combiner",
+        default=None,
+        help="fit this gate with its defaults (default: the bundle's own gate, with the "
+        "settings it records)",
+    )
+    p.add_argument(
+        "--kl-weight",
+        default=None,
+        help="lambda_KL of an iabma gate, or 'auto' (default: the bundle's recorded setting)",
+    )
+    p.add_argument(
         "--csv",
         type=Path,
         default=None,
@@ -41,7 +53,9 @@ def add_parser(sub: Any) -> None:
         "rows as sent, in order",
     )
     p.add_argument("--id-column", default=None, help="the CSV column holding the request id")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--seed", type=int, default=None, help="seeds the gate (default: the bundle's gate's seed)"
+    )
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     out = p.add_mutually_exclusive_group()
     out.add_argument(
@@ -71,6 +85,30 @@ def _time_us(option: str, text: str | None) -> int | None:
         stamp = stamp.replace(tzinfo=UTC)
     delta = stamp - _EPOCH
     return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
+
+
+def _gate_options(args: argparse.Namespace, manifest: Any) -> tuple[str, dict[str, Any]]:
+    """The refit's gate and the settings the command line overrides, checked before any
+    row is read."""
+    from training.combiners.registry import combiner_class
+    from training.commands.train import _kl_weight
+    from training.errors import ParameterError
+    from training.refit.settings import gate_settings
+
+    name = manifest.gate.combiner if args.combiner is None else args.combiner
+    try:
+        accepted = combiner_class(name)._get_param_names()
+    except ParameterError as exc:
+        raise ParameterError("--combiner", name, exc.problem) from None
+    overrides: dict[str, Any] = {}
+    if args.kl_weight is not None:
+        if "kl_weight" not in accepted:
+            raise ParameterError(
+                "--kl-weight", args.kl_weight, f"applies to an iabma gate, and this one is {name!r}"
+            )
+        overrides["kl_weight"] = _kl_weight(args.kl_weight)
+    gate_settings(manifest, args.combiner, overrides)  # refuses stale recorded settings now
+    return name, overrides
 
 
 def _engine_and_key(args: argparse.Namespace, need_key: bool) -> tuple[Any, bytes | None]:
@@ -117,6 +155,8 @@ def run(args: argparse.Namespace) -> int:
         raise ParameterError(option, args.version or args.name, str(exc)) from None
     since, until = _time_us("--since", args.since), _time_us("--until", args.until)
     check_holdout(args.holdout)
+    manifest = read_manifest(source)
+    gate_name, overrides = _gate_options(args, manifest)
     began = time.perf_counter()
     store, key = _engine_and_key(args, args.csv is not None)
     try:
@@ -128,8 +168,15 @@ def run(args: argparse.Namespace) -> int:
     finally:
         store.close()
     read_s = time.perf_counter() - began
-    refit = GateRefit(source, holdout=args.holdout, random_state=args.seed, verbose=not args.quiet)
-    check_rows(rows, read_manifest(source))
+    refit = GateRefit(
+        source,
+        holdout=args.holdout,
+        combiner=args.combiner,
+        params=overrides or None,
+        random_state=args.seed,
+        verbose=not args.quiet,
+    )
+    check_rows(rows, manifest)
     if args.csv is not None:
         assert key is not None
         data = from_csv(rows, inputs, args.csv, args.id_column, key)
@@ -140,6 +187,13 @@ def run(args: argparse.Namespace) -> int:
         f"refitting the gate of {args.name} {source.name} on {len(rows):,} outcome rows "
         f"served {window} by {', '.join(data.versions)} (read in {read_s:.1f} s)"
     )
+    basis = (
+        f"the settings {source.name} records"
+        if args.combiner is None
+        else f"its defaults ({source.name}'s gate is {manifest.gate.combiner})"
+    )
+    changed = ", ".join(f"{k}={v!r}" for k, v in overrides.items())
+    print(f"gate: {gate_name} with {basis}" + (f", but {changed}" if changed else ""))
     bar = ProgressBar(len(rows), "rows through the experts")
 
     def progress(done: int, total: int) -> None:
@@ -167,7 +221,13 @@ def run(args: argparse.Namespace) -> int:
         **time_ranges(refit),
         **{k: c[k] for k in ("n_fit", "n_held_out", "n_held_requests", "old_nll", "new_nll")},
         **{k: c[k] for k in ("difference", "se_difference")},
-        "gate": refit.combiner_.selected_.get("gate", "network"),
+        "combiner": gate_name,
+        "overrides": {
+            **({"combiner": args.combiner} if args.combiner is not None else {}),
+            **overrides,
+            **({"random_state": args.seed} if args.seed is not None else {}),
+        },
+        "gate": getattr(refit.combiner_, "selected_", {}).get("gate", "network"),
         "fit_seconds": round(fit_s, 2),
     }
     t_export = time.perf_counter()

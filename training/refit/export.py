@@ -23,6 +23,8 @@ from app.bundle.drift import WEIGHT_EDGES, weight_counts
 from app.bundle.loader import sha256_file
 from app.bundle.manifest import GateEntry, MixtureSpec, PriorSpec, WeightHistogram
 from app.bundle.mixture import mix_classification
+from training.combiners.base import Combiner
+from training.combiners.iabma_gate import IABMAGate
 from training.errors import ExportError
 from training.export.bundle import GATE_TOL, library_versions, new_version, seal_version
 from training.export.ensemble import ENSEMBLE_TOL, ExpertGraph, Target, build_ensemble
@@ -84,6 +86,18 @@ def write_gate_graphs(refit: GateRefit, tmp: Path) -> dict[str, float]:
     return {"gate_parity_max_abs_diff": gate_diff, "ensemble_parity_max_abs_diff": worst}
 
 
+def prior_spec(comb: Combiner) -> PriorSpec | None:
+    """The adaptive prior serving reports: IA-BMA's gate has one, other combiners none."""
+    if not isinstance(comb, IABMAGate):
+        return None
+    return PriorSpec(
+        baseline=comb.prior_baseline_.tolist(),
+        temperature=comb.prior_temperature_,
+        reduction=comb.energy_reduction,
+        energy_scale=comb.energy_scale,
+    )
+
+
 def write_refit(
     refit: GateRefit,
     store: Path,
@@ -115,12 +129,7 @@ def write_refit(
             combiner=comb.name,
             inputs=refit.encoder_.schema.inputs,
             params=comb.manifest_params(),
-            prior=PriorSpec(
-                baseline=comb.prior_baseline_.tolist(),
-                temperature=comb.prior_temperature_,
-                reduction=comb.energy_reduction,
-                energy_scale=comb.energy_scale,
-            ),
+            prior=prior_spec(comb),
             weight_histogram=WeightHistogram(
                 edges=list(WEIGHT_EDGES),
                 counts={n: c.tolist() for n, c in zip(old.expert_names, counts, strict=True)},

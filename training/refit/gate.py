@@ -2,11 +2,11 @@
 
 The experts are not refitted: their likelihoods come from the bundle's own graphs, run
 through its served ``ensemble.onnx`` (which holds each expert graph unchanged), so each
-row's evidence is what the experts said when it was served. The gate and its temperature
-are fitted by :class:`~training.combiners.iabma_gate.IABMAGate`, with the selection and
-the guard against stacking's pool that training uses, on every row but the latest
-requests (:mod:`~training.refit.split`); both gates are then scored on those held-out
-requests, paired.
+row's evidence is what the experts said when it was served. The gate is the bundle's own
+combiner with the settings its manifest records, unless the caller names others
+(:mod:`~training.refit.settings`), fitted on every row but the latest requests
+(:mod:`~training.refit.split`); both gates are then scored on those held-out requests,
+paired.
 """
 
 from __future__ import annotations
@@ -23,7 +23,6 @@ from app.bundle.columns import Columns
 from app.bundle.loader import BundleError, open_bundle
 from app.bundle.manifest import Manifest
 from app.bundle.mixture import mix_classification, mix_regression
-from training.combiners.iabma_gate import IABMAGate
 from training.errors import NotFittedError, ParameterError
 from training.evaluate import BOOTSTRAP_RESAMPLES
 from training.evidence import Evidence, classification_evidence, regression_evidence
@@ -31,6 +30,7 @@ from training.features import FeatureSchema
 from training.gate_encoder import GateEncoder
 from training.params import check_real
 from training.refit.data import RefitRefused
+from training.refit.settings import build_gate
 from training.refit.split import check_served_us, latest_requests, request_bootstrap_se
 
 # Rows per run of the served graph: bounds its memory and paces the progress bar.
@@ -58,8 +58,15 @@ class GateRefit:
         Share of the rows held out to compare the refitted gate with the served one: the
         latest requests, whole, as near this share as requests allow
         (:func:`~training.refit.split.latest_requests`).
-    random_state : int, default=0
-        Seeds the gate and the bootstrap.
+    combiner : str or None, default=None
+        The gate to fit, by name (``--combiner``), with its defaults; None keeps the
+        bundle's own with the settings its manifest records.
+    params : dict or None, default=None
+        Hyperparameters that override those settings (or the named combiner's defaults),
+        e.g. ``{"kl_weight": 0.1}``.
+    random_state : int or None, default=None
+        Seeds the gate and the bootstrap; None keeps the seed the bundle's gate records
+        (0 if none).
     verbose : bool, default=False
         Progress bars.
 
@@ -71,10 +78,14 @@ class GateRefit:
         Its features and input rule.
     encoder_ : GateEncoder
         The gate's view of the features, fitted on the fitting rows.
-    combiner_ : IABMAGate
+    combiner_ : Combiner
         The refitted gate.
+    settings_ : dict
+        The hyperparameters it was built with, ``random_state`` included.
+    seed_ : int
+        Its ``random_state``, which seeds the bootstrap too.
     temperature_ : float
-        The refitted mixture temperature.
+        The refitted mixture temperature (1 for combiners that fit none).
     fit_rows_, held_out_ : ndarray of int
         Positions of the rows the gate was fitted on, and of the held-out rows: the
         latest requests, every one served at or after the last fitted row.
@@ -100,11 +111,15 @@ class GateRefit:
         path: Path,
         *,
         holdout: float = 0.2,
-        random_state: int = 0,
+        combiner: str | None = None,
+        params: dict[str, Any] | None = None,
+        random_state: int | None = None,
         verbose: bool = False,
     ) -> None:
         self.path = path
         self.holdout = holdout
+        self.combiner = combiner
+        self.params = params
         self.random_state = random_state
         self.verbose = verbose
 
@@ -124,6 +139,10 @@ class GateRefit:
         except BundleError as exc:
             raise ParameterError("path", str(self.path), str(exc)) from None
         self.manifest_ = m = bundle.manifest
+        gate, self.settings_ = build_gate(
+            m, self.combiner, self.params, random_state=self.random_state, verbose=self.verbose
+        )
+        self.seed_ = int(self.settings_["random_state"])
         self.schema_ = FeatureSchema(tuple(m.features), m.input_rule.normaliser())
         columns = self.schema_.columns(X)
         y_enc = self.encode_target(y)
@@ -141,9 +160,8 @@ class GateRefit:
         self.encoder_ = GateEncoder(self.schema_.subset(names)).fit(take(columns, fit_rows))
         Z = self.encoder_.transform(columns)
         evidence = self.evidence(self.outputs_[fit_rows], y_enc[fit_rows])
-        gate = IABMAGate(random_state=self.random_state, verbose=self.verbose)
         self.combiner_ = gate.fit(Z[fit_rows], evidence)
-        self.temperature_ = float(self.combiner_.temperature_)
+        self.temperature_ = float(getattr(self.combiner_, "temperature_", 1.0))
         self.fit_weights_ = self.combiner_.weights(Z[fit_rows])
         self.held_weights_ = {"old": old_w[held], "new": self.combiner_.weights(Z[held])}
         self.y_held_ = y_enc[held]
@@ -163,7 +181,7 @@ class GateRefit:
             "old_nll": float(old.mean()),
             "new_nll": float(new.mean()),
             "difference": float(diff.mean()),
-            "se_difference": request_bootstrap_se(diff, requests, self.random_state),
+            "se_difference": request_bootstrap_se(diff, requests, self.seed_),
             "resamples": BOOTSTRAP_RESAMPLES,
             "n_fit": len(self.fit_rows_),
             "n_held_out": len(y),

@@ -50,19 +50,19 @@ def comparison_lines(refit: GateRefit, source: str) -> list[str]:
         f"{c['n_held_requests']:,} held-out requests, whole): "
         + comparison_verdict(c["difference"], c["se_difference"])
     )
-    selected = refit.combiner_.selected_
+    selected = getattr(refit.combiner_, "selected_", {})
     if "gate_reason" in selected:
         lines.append(f"shipped gate: {selected['gate']}: {selected['gate_reason']}")
     return lines
 
 
 def held_out_metrics(refit: GateRefit) -> dict[str, dict[str, float]]:
-    """Scores of the refitted (``iabma``) and the served gate on the held-out outcome rows:
-    the new version's test metrics."""
+    """Scores of the refitted gate (under its combiner's name, as training records it) and
+    of the served gate on the held-out outcome rows: the new version's test metrics."""
     y, out = refit.y_held_, refit.outputs_[refit.held_out_]
     temps = {"new": refit.temperature_, "old": refit.manifest_.mixture.temperature}
     scores: dict[str, dict[str, float]] = {}
-    for key, label in (("new", "iabma"), ("old", "served gate")):
+    for key, label in (("new", refit.combiner_.name), ("old", "served gate")):
         w = refit.held_weights_[key]
         if refit.manifest_.task == "classification":
             scores[label] = classification_scores(mix_classification(w, out, temps[key]).proba, y)

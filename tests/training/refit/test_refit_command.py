@@ -4,6 +4,7 @@ onnxruntime. The outcomes follow one expert (``lda``); the refitted gate must fi
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +18,7 @@ from app.cli.main import main
 from tests.support.bundles import instances, make_settings
 from tests.support.harness import AsgiHarness
 from tests.support.outcomes import drawn_from
-from tests.training.refit.conftest import PER_REQUEST, TRUTH, World
+from tests.training.refit.conftest import FIXED_IABMA, PER_REQUEST, TRUTH, Gates, World
 from training.datasets import simulate
 
 
@@ -42,6 +43,11 @@ def staged(store: Path, before: list[str]) -> tuple[Path, dict[str, Any]]:
     """The one version a refit added to ``before``, and its manifest."""
     (new,) = set(versions(store)) - set(before)
     return store / "demo" / new, json.loads((store / "demo" / new / "manifest.json").read_text())
+
+
+def settings(manifest: dict[str, Any]) -> dict[str, Any]:
+    """A gate's recorded settings: not what its fit chose, nor how it reported."""
+    return {k: v for k, v in manifest["gate"]["params"].items() if k not in ("selected", "verbose")}
 
 
 def fresh_nll(path: Path, X: pd.DataFrame, y: np.ndarray) -> tuple[float, np.ndarray]:
@@ -196,6 +202,12 @@ def test_rows_served_by_other_experts_are_refused(
         (["--since", "yesterday"], "--since='yesterday' must be an ISO-8601 time"),
         (["--version", "v0"], "--version='v0'"),
         (["--csv", "x.csv"], "--csv='x.csv' and --id-column go together"),
+        (["--combiner", "mean"], "--combiner='mean' must be one of best_single, uniform, "),
+        (["--kl-weight", "big"], "--kl-weight='big' must be a number or 'auto'"),
+        (
+            ["--combiner", "stacking", "--kl-weight", "0.1"],
+            "--kl-weight='0.1' applies to an iabma gate, and this one is 'stacking'",
+        ),
     ],
 )
 def test_bad_options_are_one_line_naming_the_option(
@@ -253,3 +265,50 @@ def test_the_latest_requests_are_held_out_whole_and_the_report_says_when(
     assert p["n_held_requests"] == 8 and p["n_held_out"] == 8 * PER_REQUEST
     assert p["fit_first_row"] == iso_from_us(min(r.record_us for r in rows))
     assert p["held_out_last_row"] == iso_from_us(max(r.record_us for r in rows))
+
+
+def test_a_bundle_refits_its_own_gate_and_settings_unless_told_otherwise(
+    world: World, gates: Gates, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    store = Path(shutil.copytree(gates.store, tmp_path / "store"))
+    common = ["--store", str(store), "--name", "demo", "--audit-url", world.full_url]
+    fixed = json.loads((store / "demo" / gates.fixed / "manifest.json").read_text())
+    assert {k: settings(fixed)[k] for k in FIXED_IABMA} == FIXED_IABMA
+
+    before = versions(store)
+    code, out, err = refit(capsys, *common, "--version", gates.fixed)
+    assert code == 0, err
+    assert f"gate: iabma with the settings {gates.fixed} records\n" in out
+    _, kept = staged(store, before)
+    assert kept["gate"]["combiner"] == "iabma" and settings(kept) == settings(fixed)
+    assert kept["gate"]["params"]["selected"]["kl_weight"] == 0.3
+    assert kept["gate"]["prior"]["temperature"] == 4.0
+    assert kept["training"]["refit"]["combiner"] == "iabma"
+    assert kept["training"]["refit"]["overrides"] == {}
+
+    before = versions(store)
+    told = ["--version", gates.fixed, "--kl-weight", "0.01", "--seed", "3"]
+    code, out, err = refit(capsys, *common, *told)
+    assert code == 0, err
+    assert f"gate: iabma with the settings {gates.fixed} records, but kl_weight=0.01" in out
+    _, changed = staged(store, before)
+    assert settings(changed) == {**settings(fixed), "kl_weight": 0.01, "random_state": 3}
+    assert changed["training"]["refit"]["overrides"] == {"kl_weight": 0.01, "random_state": 3}
+
+    before = versions(store)
+    code, out, err = refit(capsys, *common, "--version", gates.stacking)
+    assert code == 0, err
+    path, pool = staged(store, before)
+    assert pool["gate"]["combiner"] == "stacking" and pool["gate"]["prior"] is None
+    assert "stacking" in pool["metrics"] and "served gate" in pool["metrics"]
+    assert open_bundle(path).manifest.gate.combiner == "stacking"  # verified as served
+
+    before = versions(store)
+    code, out, err = refit(capsys, *common, "--version", gates.stacking, "--combiner", "iabma")
+    assert code == 0, err
+    assert f"gate: iabma with its defaults ({gates.stacking}'s gate is stacking)" in out
+    path, network = staged(store, before)
+    assert network["gate"]["combiner"] == "iabma" and network["gate"]["prior"] is not None
+    assert network["gate"]["params"]["kl_weight"] == "auto"
+    assert network["training"]["refit"]["overrides"] == {"combiner": "iabma"}
+    assert open_bundle(path).manifest.gate.combiner == "iabma"

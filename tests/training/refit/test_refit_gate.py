@@ -1,15 +1,22 @@
-"""``GateRefit`` on the world's bundle: it never learns from the rows it is judged on."""
+"""``GateRefit`` on the world's bundles: it never learns from the rows it is judged on, and
+it refits the bundle's own gate with the settings the bundle records."""
 
 from __future__ import annotations
 
+import json
+import shutil
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 import pytest
 
-from tests.training.refit.conftest import World
+from tests.training.refit.conftest import FIXED_IABMA, Gates, World
+from training.combiners.iabma_gate import IABMAGate
 from training.datasets import simulate
+from training.errors import ParameterError
+from training.refit.data import RefitRefused
 from training.refit.gate import GateRefit
 
 REQUESTS, ROWS = 60, 10  # 600 outcome rows in requests of 10, served in a shuffled order
@@ -52,3 +59,48 @@ def test_the_held_out_requests_take_no_part_in_the_fit(world: World, outcomes: A
     y3[served == served[fit_rows].max()] ^= 1  # the latest fitted request's outcomes
     third = GateRefit(path).fit(X, y3, served)
     assert not np.array_equal(probe(third), probe(first))
+
+
+def test_the_bundles_own_gate_and_settings_are_refitted(gates: Gates, outcomes: Any) -> None:
+    X, y, served = outcomes
+    fixed = GateRefit(gates.store / "demo" / gates.fixed).fit(X, y, served)
+    assert isinstance(fixed.combiner_, IABMAGate)
+    params = fixed.combiner_.get_params()
+    assert {k: params[k] for k in FIXED_IABMA} == FIXED_IABMA
+    assert fixed.combiner_.search_results_ == []  # fixed settings: nothing to search
+    assert fixed.combiner_.selected_["kl_weight"] == 0.3
+    assert fixed.combiner_.prior_temperature_ == 4.0
+    assert fixed.settings_["random_state"] == 0 and fixed.settings_["kl_weight"] == 0.3
+
+    told = GateRefit(
+        gates.store / "demo" / gates.fixed, params={"kl_weight": 0.01}, random_state=4
+    ).fit(X, y, served)
+    params = told.combiner_.get_params()
+    assert params["kl_weight"] == 0.01 and params["random_state"] == 4
+    assert {k: params[k] for k in FIXED_IABMA if k != "kl_weight"} == {
+        k: v for k, v in FIXED_IABMA.items() if k != "kl_weight"
+    }
+
+
+def test_settings_the_gate_does_not_take_are_named(gates: Gates, outcomes: Any) -> None:
+    X, y, served = outcomes
+    refit = GateRefit(gates.store / "demo" / gates.stacking, params={"kl_weight": 0.1})
+    with pytest.raises(ParameterError, match=r"kl_weight=0.1 is not a parameter of the 'stacking'"):
+        refit.fit(X, y, served)
+    with pytest.raises(ParameterError, match=r"combiner='mean' must be one of"):
+        GateRefit(gates.store / "demo" / gates.stacking, combiner="mean").fit(X, y, served)
+
+
+def test_a_recorded_setting_this_gate_no_longer_takes_is_refused(
+    gates: Gates, tmp_path: Path, outcomes: Any
+) -> None:
+    path = Path(shutil.copytree(gates.store / "demo" / gates.fixed, tmp_path / gates.fixed))
+    manifest = json.loads((path / "manifest.json").read_text())
+    manifest["gate"]["params"]["dropout"] = 0.5
+    (path / "manifest.json").write_text(json.dumps(manifest))
+    X, y, served = outcomes
+    said = r"records dropout=0.5, which is not a parameter of 'iabma' here; --combiner iabma"
+    with pytest.raises(RefitRefused, match=said):
+        GateRefit(path).fit(X, y, served)
+    fresh = GateRefit(path, combiner="iabma").fit(X, y, served)  # its defaults: kl "auto"
+    assert fresh.combiner_.get_params()["kl_weight"] == "auto"
