@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from app.bundle.prior import baseline_for_new_inputs
-from training.combiners.iabma_gate import IABMAGate
+from training.combiners.iabma_gate import KL_GRID, IABMAGate
 from training.combiners.selection import HALVING_FRACTION, SURVIVORS, selection_splits
 from training.errors import NotFittedError, ParameterError
 from training.evidence import prior_energy
@@ -155,3 +155,40 @@ def test_n_iter_no_change_is_checked(fitted_inputs) -> None:
     Z, ev = fitted_inputs
     with pytest.raises(ParameterError, match="n_iter_no_change"):
         IABMAGate(n_iter_no_change=0).fit(Z, ev)
+
+
+def test_auto_prior_temperature_trains_a_member_per_temperature(fitted_inputs) -> None:
+    """``prior_temperature="auto"`` with the default grid, 1 and 4: each lambda > 0 is
+    tried under both (lambda = 0 ignores the prior: one member per objective)."""
+    Z, ev = fitted_inputs
+    gate = IABMAGate(prior_temperature="auto", epochs=8).fit(Z, ev)
+    tried = [(r["objective"], r["kl_weight"], r["prior_temperature"]) for r in gate.search_results_]
+    positive = [lam for lam in KL_GRID if lam > 0]
+    assert sorted(tried) == sorted(
+        [(o, lam, tau) for o in ("elbo", "marginal") for lam in positive for tau in (1.0, 4.0)]
+        + [(o, 0.0, 1.0) for o in ("elbo", "marginal")]
+    )
+    assert gate.prior_temperature_ == gate.selected_["prior_temperature"] in (1.0, 4.0)
+
+
+def test_each_member_trains_against_the_prior_at_its_own_temperature(fitted_inputs) -> None:
+    """Members train side by side from one seed, each against the prior at its own
+    temperature: changing the second member's temperature changes its score and leaves
+    the first's, bit for bit. The gate ships the temperature of the member that won,
+    wherever it stands in the grid."""
+    Z, ev = fitted_inputs
+    kw = {"kl_grid": (1.0,), "objective": "elbo", "epochs": 8, "n_iter_no_change": None}
+    runs = {
+        grid: IABMAGate(prior_temperature="auto", prior_temperature_grid=grid, **kw).fit(Z, ev)
+        for grid in ((0.05, 4.0), (0.05, 0.05), (0.05, 1.0))
+    }
+    scores = {grid: [r["val_nll"] for r in g.search_results_] for grid, g in runs.items()}
+    firsts, seconds = zip(*scores.values(), strict=True)
+    assert len(set(firsts)) == 1 and len(set(seconds)) == 3
+    for grid, gate in runs.items():
+        assert [r["prior_temperature"] for r in gate.search_results_] == list(grid)
+        kept = min((r for r in gate.search_results_ if "epochs" in r), key=lambda r: r["val_nll"])
+        assert gate.selected_["prior_temperature"] == gate.prior_temperature_
+        assert gate.prior_temperature_ == kept["prior_temperature"]
+    # Here the second member wins: the shipped temperature is not the grid's first.
+    assert runs[(0.05, 4.0)].prior_temperature_ == 4.0
