@@ -1,8 +1,10 @@
 """Group commit on a writer thread: requests queue their record and await its commit.
 
 A group holds what is queued (up to ``IABMA_AUDIT_BATCH_MAX``), waits briefly for records
-of requests in flight, and commits in one statement; failures answer 503. Why it works
-this way: docs/design.md, "Audit trail".
+of requests in flight, and commits in one statement; failures answer 503. A record that
+cannot be built or that the database refuses fails its own request alone: 409 for a request
+id its model's records hold already, else 500 (:mod:`app.audit.apart`). Why it works this
+way: docs/design.md, "Audit trail".
 """
 
 from __future__ import annotations
@@ -14,15 +16,15 @@ import queue
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
 
+from app.audit.apart import DuplicateId, Refused
 from app.audit.deadlines import CANCEL_AFTER_S, CLAIM_GRACE_S, Deadlines
 from app.audit.gather import GroupWait
 from app.audit.health import PROBE_EVERY_S, TrailHealth
 from app.audit.records import AuditRecord
-from app.audit.rows import log_rows
+from app.audit.rows import Built, log_rows
 from app.audit.store import AuditStore
-from app.errors import AuditUnavailable
+from app.errors import AuditUnavailable, DuplicateRequest, InternalError
 from app.metrics import ServiceMetrics
 
 log = logging.getLogger("iabma.audit")
@@ -177,18 +179,15 @@ class AuditWriter:
         self._in_commit = len(batch)
         t0 = time.perf_counter()
         stop = False
+        refused: Refused = {}
         try:
-            rows: list[tuple[Any, ...]] = []
+            rows: list[Built] = []
             if gather and self.group_wait > 0:
                 if any(it[2] is not None for it in batch):
                     rows = self._rows(batch)  # a large request waits for its row
                 stop = self._gather(batch, rows)
             rows.extend(self._rows(batch[len(rows) :]))
-            self._deadlines.inserting(True)
-            try:
-                self.store.insert_rows(rows, min(it[3] for it in batch) + CANCEL_AFTER_S)
-            finally:
-                self._deadlines.inserting(False)
+            refused = self._insert(batch, rows)
         except Exception as exc:
             reason = self.health.failed(exc, len(batch))
             late = time.monotonic() >= min(item[3] for item in batch)
@@ -202,13 +201,54 @@ class AuditWriter:
             )
         else:
             error = None
-            self.health.succeeded()
         seconds = time.perf_counter() - t0
         self._in_commit = 0
-        self._loop.call_soon_threadsafe(self._settle, batch, error, seconds)
+        self._loop.call_soon_threadsafe(self._settle, batch, error, seconds, refused)
         return stop
 
-    def _rows(self, items: list[_Item]) -> list[tuple[Any, ...]]:
+    def _insert(self, batch: list[_Item], rows: list[Built]) -> Refused:
+        """Insert the rows that could be built; the requests refused, by place in
+        ``batch``, with what to answer them."""
+        refused: Refused = {}
+        places, built = [], []
+        for k, row in enumerate(rows):
+            if isinstance(row, Exception):
+                refused[k] = self._unwritable(batch[k][0], row, "could not be built")
+            else:
+                places.append(k)
+                built.append(row)
+        if not places:
+            return refused
+        self._deadlines.inserting(True)
+        try:
+            give_up = min(batch[k][3] for k in places) + CANCEL_AFTER_S
+            by_db = self.store.insert_rows(built, give_up)
+        finally:
+            self._deadlines.inserting(False)
+        self.health.succeeded()
+        for j, exc in by_db.items():
+            rec = batch[places[j]][0]
+            if isinstance(exc, DuplicateId):
+                refused[places[j]] = DuplicateRequest(
+                    f"request id {rec.request_id!r} already names an audited prediction of "
+                    f"model {rec.model!r}; send each prediction under an id of its own (GET "
+                    "/weights?request_id= reads the earlier one)",
+                    field="header X-Request-ID",
+                )
+            else:
+                refused[places[j]] = self._unwritable(rec, exc, "was refused by the database")
+        return refused
+
+    def _unwritable(self, rec: AuditRecord, exc: Exception, what: str) -> Exception:
+        """A server fault of one record: logged with its cause, answered 500 alone."""
+        log.error("audit: the record of request %r %s", rec.request_id, what, exc_info=exc)
+        return InternalError(
+            f"the audit record of this request {what}; nothing was recorded (the server log "
+            "has the details)",
+            field="audit",
+        )
+
+    def _rows(self, items: list[_Item]) -> list[Built]:
         """The items' rows; then their large requests may encode (see the module docstring)."""
         assert self._loop is not None
         taken = [t for _, _, t, _ in items if t is not None]
@@ -220,7 +260,7 @@ class AuditWriter:
             if taken:
                 self._loop.call_soon_threadsafe(_release, taken)
 
-    def _gather(self, batch: list[_Item], rows: list[tuple[Any, ...]]) -> bool:
+    def _gather(self, batch: list[_Item], rows: list[Built]) -> bool:
         """Add the records of requests already being served, for up to the group wait.
 
         Waits only while some request in flight has yet to queue its record (a lone
@@ -262,10 +302,18 @@ class AuditWriter:
             if not fut.done():
                 fut.set_exception(self._timed_out())
 
-    def _settle(self, batch: list[_Item], error: Exception | None, seconds: float) -> None:
-        """On the event loop: wake the requests of a committed (or failed) group."""
+    def _settle(
+        self, batch: list[_Item], error: Exception | None, seconds: float, refused: Refused
+    ) -> None:
+        """On the event loop: wake the requests of a committed (or failed) group, and
+        those refused alone with their own fault."""
         labels = self.labels()
         self._deadlines.settled(batch)
+        for k, exc in refused.items():
+            if not batch[k][1].done():
+                batch[k][1].set_exception(exc)
+        if refused:
+            batch = [item for k, item in enumerate(batch) if k not in refused]
         answered = sum(
             fut.done() and not fut.cancelled() and fut.exception() is not None
             for _, fut, _, _ in batch
