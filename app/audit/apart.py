@@ -8,7 +8,7 @@ nothing, the connection and its chain go on, and the group is written again with
 - A request id already in the group, or in the trail for its model, is refused before
   or after one failed attempt: the records holding it are looked up (one query).
 - Any other fault of a row is found by halving: the half that fails is split again, so
-  one bad row of 32 costs about 10 attempts, of which 5 commit.
+  one bad row of 32 costs 11 attempts, of which 5 commit.
 - If no row could be written and none was a duplicate, the fault is the database's (a
   trigger, a constraint on every row): it is raised, and the whole group fails, as it
   would without this module.
@@ -26,7 +26,7 @@ from typing import Any
 Row = Sequence[Any]
 Refused = dict[int, Exception]  # by the row's place in the group
 # Writes the rows given in one attempt (nothing written if it raises).
-Write = Callable[[list[Row]], None]
+Write = Callable[[Sequence[Row]], None]
 # Of the keys given, those the trail holds already.
 Taken = Callable[[list[tuple[bytes, int]]], set[tuple[bytes, int]]]
 
@@ -57,57 +57,60 @@ class Apart:
         self.key_at = key_at
         self.ordered = ordered
 
-    def key(self, row: Row) -> tuple[bytes, int]:
-        assert self.key_at is not None
-        rid, model = self.key_at
-        return (bytes(row[rid]), row[model])
-
     def write(self, rows: Sequence[Row], write: Write, taken: Taken) -> Refused:
         """Write ``rows``; those refused, by place. Raises what a whole group's failure
         raises: a database fault, or a row fault when no row could be written."""
         refused: Refused = {}
-        at = list(range(len(rows)))
-        if self.key_at is not None and len(rows) > 1:
-            first: dict[tuple[bytes, int], int] = {}
-            for k in at:
-                if first.setdefault(self.key(rows[k]), k) != k:
-                    refused[k] = DuplicateId()
-            if refused:
-                at = list(first.values())
-        written = self._each(rows, at, write, taken, refused)
+        n = len(rows)
+        at = list(range(n))
+        keys: list[tuple[bytes, int]] = []
+        if self.key_at is not None and n > 1:
+            rid, model = self.key_at
+            keys = [(row[rid], row[model]) for row in rows]
+            # Each key's first place: set last from the end, the first place wins.
+            first = dict(zip(reversed(keys), reversed(at), strict=True))
+            if len(first) < n:
+                refused = {k: DuplicateId() for k in at if first[keys[k]] != k}
+                at = sorted(first.values())
+            if self.ordered:
+                at.sort(key=keys.__getitem__)
+        elif self.key_at is not None:
+            rid, model = self.key_at
+            keys = [(rows[0][rid], rows[0][model])]
+        written = self._each(rows, keys, at, write, taken, refused)
         if not written:
             faults = [e for e in refused.values() if not isinstance(e, DuplicateId)]
             if faults:
                 raise faults[0]
         return refused
 
-    def _each(self, rows: Sequence[Row], at: list[int], write: Write, taken: Taken,
-              refused: Refused) -> int:  # fmt: skip
+    def _each(self, rows: Sequence[Row], keys: list[tuple[bytes, int]], at: list[int],
+              write: Write, taken: Taken, refused: Refused) -> int:  # fmt: skip
         """Write ``rows[at]``, apart from those refused; how many were written."""
-        if self.ordered and self.key_at is not None:
-            at = sorted(at, key=lambda k: self.key(rows[k]))
+        fault: Exception | None = None
         while at:
             try:
-                write([rows[k] for k in at])
+                write(rows if len(at) == len(rows) and not refused and not self.ordered
+                      else [rows[k] for k in at])  # fmt: skip
                 return len(at)
             except Exception as exc:
                 if not is_row_fault(exc):
                     raise
                 fault = exc
-            held = taken([self.key(rows[k]) for k in at]) if self.key_at is not None else set()
+            held = taken([keys[k] for k in at]) if keys else set()
             if not held:
                 break
             # Another replica may commit one of the rest meanwhile: then once more.
             for k in at:
-                if self.key(rows[k]) in held:
+                if keys[k] in held:
                     refused[k] = DuplicateId()
             at = [k for k in at if k not in refused]
-        else:
+        if not at or fault is None:
             return 0
         if len(at) == 1:
             refused[at[0]] = fault
             return 0
         half = len(at) // 2
-        return self._each(rows, at[:half], write, taken, refused) + self._each(
-            rows, at[half:], write, taken, refused
+        return self._each(rows, keys, at[:half], write, taken, refused) + self._each(
+            rows, keys, at[half:], write, taken, refused
         )

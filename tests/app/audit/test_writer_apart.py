@@ -14,7 +14,7 @@ import orjson
 import psycopg
 import pytest
 
-from app.audit.apart import DuplicateId
+from app.audit.apart import Apart, DuplicateId
 from app.audit.chain import chain_key
 from app.audit.records import AuditRecord, canonical_json
 from app.audit.store import AuditStore
@@ -194,3 +194,66 @@ def test_two_replicas_writing_the_same_ids_in_opposite_order_cannot_deadlock(
     assert sorted(map(sorted, refused)) == [[], ["a1", "a2"]]
     assert all(isinstance(e, DuplicateId) for o in outcomes for e in o.values())
     assert sorted(trail.request_ids()) == ["a1", "a2", "warm", "z1", "z2"]
+
+
+class IntegrityError(Exception):
+    """Named as sqlite3's and psycopg's are: a row the database refused."""
+
+
+@pytest.mark.parametrize("bad_at", [[17], [5, 6, 30]])
+def test_halving_finds_the_refused_rows_in_few_attempts(bad_at: list[int]) -> None:
+    rows = [(f"r{k:02d}".encode(), 1) for k in range(32)]
+    bad = {rows[k] for k in bad_at}
+    attempts: list[int] = []
+    commits: list[Any] = []
+
+    def write(part: Any) -> None:
+        attempts.append(len(part))
+        if bad & set(part):
+            raise IntegrityError("refused")
+        commits.append(part)
+
+    refused = Apart((0, 1), ordered=False).write(rows, write, lambda keys: set())
+    assert sorted(refused) == bad_at
+    assert all(isinstance(e, IntegrityError) for e in refused.values())
+    assert sorted(r for part in commits for r in part) == sorted(set(rows) - bad)
+    if len(bad_at) == 1:  # the whole, then at each of 5 levels a half that fails, one that lands
+        assert (len(attempts), len(commits)) == (11, 5)
+    else:
+        assert len(attempts) <= 3 * 11
+
+
+def test_taken_and_repeated_ids_are_refused_and_the_rest_goes_in_key_order() -> None:
+    rows = [(b"c", 1), (b"a", 1), (b"b", 1), (b"a", 1), (b"a", 2), (b"d", 1)]
+    held = {(b"d", 1)}
+    parts: list[Any] = []
+
+    def write(part: Any) -> None:
+        parts.append(list(part))
+        if held & set(part):
+            raise IntegrityError("duplicate key")
+
+    def taken(keys: list[tuple[bytes, int]]) -> set[tuple[bytes, int]]:
+        return held & set(keys)
+
+    refused = Apart((0, 1), ordered=True).write(rows, write, taken)
+    assert sorted(refused) == [3, 5] and all(isinstance(e, DuplicateId) for e in refused.values())
+    assert parts == [
+        [(b"a", 1), (b"a", 2), (b"b", 1), (b"c", 1), (b"d", 1)],
+        [(b"a", 1), (b"a", 2), (b"b", 1), (b"c", 1)],
+    ]
+
+
+def test_a_group_nothing_of_which_could_be_written_fails_whole() -> None:
+    def refuse(part: Any) -> None:
+        raise IntegrityError("every row refused")
+
+    rows = [(b"a", 1), (b"b", 1), (b"a", 1)]
+    with pytest.raises(IntegrityError, match="every row"):
+        Apart((0, 1), ordered=False).write(rows, refuse, lambda keys: set())
+
+    def outage(part: Any) -> None:
+        raise ConnectionError("server closed the connection")
+
+    with pytest.raises(ConnectionError):  # not a row's fault: no halving
+        Apart((0, 1), ordered=False).write(rows, outage, lambda keys: set())
