@@ -3,9 +3,10 @@ PostgreSQL: every poisoned request gets its own answer, and no ordinary one fail
 
 The poison is what once failed a whole group commit, or could: a 20-digit integer read by
 Python's parser (a body with a space before a colon), on ``/predict`` and on OIP infer;
-numbers beyond float32, negative ones too; and a request id sent again and again by two
-clients at once. The ordinary clients send rows of the credit regression bundle, each
-under an id of its own; ``/readyz`` is polled throughout.
+numbers beyond float32, negative ones too; a 400-digit integer for a category (read as
+missing here); and a request id sent again and again by two clients at once. The ordinary
+clients send rows of the credit regression bundle, each under an id of its own;
+``/readyz`` is polled throughout.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from tests.support.harness import UvicornProcess
 from tests.support.trail import Trail
 
 ORDINARY_CLIENTS, ORDINARY_REQUESTS = 2, 120
-NUMERIC = "duration"
+NUMERIC, CATEGORICAL = "duration", "checking_status"
 
 
 def spaced(body: Any) -> bytes:
@@ -34,9 +35,9 @@ def spaced(body: Any) -> bytes:
     return json.dumps(body, separators=(", ", " : ")).encode()
 
 
-def with_value(row: dict[str, Any], value: Any) -> bytes:
-    """``row`` with the numeric feature set to ``value`` (written as its digits)."""
-    return spaced({"instances": [{**row, NUMERIC: "@"}]}).replace(b'"@"', str(value).encode())
+def with_value(row: dict[str, Any], value: Any, name: str = NUMERIC) -> bytes:
+    """``row`` with a feature (the numeric one) set to ``value``, written as its digits."""
+    return spaced({"instances": [{**row, name: "@"}]}).replace(b'"@"', str(value).encode())
 
 
 def oip_body(rows: list[dict[str, Any]], numeric: set[str], value: Any) -> bytes:
@@ -65,6 +66,7 @@ def served(
         "IABMA_AUDIT_URL": trail.url,
         "IABMA_AUDIT_HASH_KEY": TEST_HASH_KEY,
         "IABMA_AUDIT_PAYLOAD": "full",
+        "IABMA_UNKNOWN_CATEGORY": "missing",  # any value of a categorical feature is taken
         "IABMA_LOG_LEVEL": "WARNING",
     }
     proc = UvicornProcess(env)
@@ -89,6 +91,14 @@ def poisons(rows: list[dict[str, Any]], numeric: set[str]) -> list[Poison]:
         ("-20 digits, /predict", predict, with_value(row, -(10**20)), json_type, huge),
         ("20 digits, OIP", infer, oip_body(rows[:1], numeric, 10**20), json_type, huge),
         ("beyond float32", predict, with_value(row, -(10**39)), json_type, {422}),
+        # Read as a missing category; the record keeps its digits.
+        (
+            "400 digits, a category",
+            predict,
+            with_value(row, 10**400, CATEGORICAL),
+            json_type,
+            {200},
+        ),
         ("-1e39, OIP", infer, oip_body(rows[:1], numeric, -1e39), json_type, {400}),
         # Two clients send one id again and again: one record, every other answer a 409.
         (
@@ -167,3 +177,8 @@ def test_poison_beside_ordinary_traffic_fails_no_one_else(
     answered = ORDINARY_CLIENTS * ORDINARY_REQUESTS + sum(s[200] for s in poisoned.values())
     assert trail.count() == answered
     assert trail.request_ids("where request_id = " + trail.rid("poison-dup")) == ["poison-dup"]
+    # What the trail keeps of them: the 20-digit integer as the float the graph took, the
+    # 400 digits of a category as text.
+    kept = [json.loads(text)[0] for (text,) in trail.rows("select input_json from iabma_audit_log")]
+    assert any(row[NUMERIC] == 1e20 for row in kept)
+    assert any(row[CATEGORICAL] == "1" + "0" * 400 for row in kept)
