@@ -2,9 +2,8 @@
 
 A group holds what is queued (up to ``IABMA_AUDIT_BATCH_MAX``), waits briefly for records
 of requests in flight, and commits in one statement; failures answer 503. A record that
-cannot be built or that the database refuses fails its own request alone: 409 for a request
-id its model's records hold already, else 500 (:mod:`app.audit.apart`). Why it works this
-way: docs/design.md, "Audit trail".
+cannot be built or that the database refuses fails its own request alone
+(:mod:`app.audit.refusals`). Why it works this way: docs/design.md, "Audit trail".
 """
 
 from __future__ import annotations
@@ -17,14 +16,15 @@ import threading
 import time
 from collections.abc import Callable
 
-from app.audit.apart import DuplicateId, Refused
+from app.audit import refusals
+from app.audit.apart import Refused
 from app.audit.deadlines import CANCEL_AFTER_S, CLAIM_GRACE_S, Deadlines
 from app.audit.gather import GroupWait
 from app.audit.health import PROBE_EVERY_S, TrailHealth
 from app.audit.records import AuditRecord
 from app.audit.rows import Built, log_rows
 from app.audit.store import AuditStore
-from app.errors import AuditUnavailable, DuplicateRequest, InternalError
+from app.errors import AuditUnavailable
 from app.metrics import ServiceMetrics
 
 log = logging.getLogger("iabma.audit")
@@ -208,15 +208,9 @@ class AuditWriter:
 
     def _insert(self, batch: list[_Item], rows: list[Built]) -> Refused:
         """Insert the rows that could be built; the requests refused, by place in
-        ``batch``, with what to answer them."""
-        refused: Refused = {}
-        places, built = [], []
-        for k, row in enumerate(rows):
-            if isinstance(row, Exception):
-                refused[k] = self._unwritable(batch[k][0], row, "could not be built")
-            else:
-                places.append(k)
-                built.append(row)
+        ``batch``, with what to answer them (:mod:`app.audit.refusals`)."""
+        records = [rec for rec, _, _, _ in batch]
+        places, built, refused = refusals.built_rows(records, rows)
         if not places:
             return refused
         self._deadlines.inserting(True)
@@ -226,27 +220,9 @@ class AuditWriter:
         finally:
             self._deadlines.inserting(False)
         self.health.succeeded()
-        for j, exc in by_db.items():
-            rec = batch[places[j]][0]
-            if isinstance(exc, DuplicateId):
-                refused[places[j]] = DuplicateRequest(
-                    f"request id {rec.request_id!r} already names an audited prediction of "
-                    f"model {rec.model!r}; send each prediction under an id of its own (GET "
-                    "/weights?request_id= reads the earlier one)",
-                    field="header X-Request-ID",
-                )
-            else:
-                refused[places[j]] = self._unwritable(rec, exc, "was refused by the database")
+        for j, fault in by_db.items():
+            refused[places[j]] = refusals.answer(records[places[j]], fault)
         return refused
-
-    def _unwritable(self, rec: AuditRecord, exc: Exception, what: str) -> Exception:
-        """A server fault of one record: logged with its cause, answered 500 alone."""
-        log.error("audit: the record of request %r %s", rec.request_id, what, exc_info=exc)
-        return InternalError(
-            f"the audit record of this request {what}; nothing was recorded (the server log "
-            "has the details)",
-            field="audit",
-        )
 
     def _rows(self, items: list[_Item]) -> list[Built]:
         """The items' rows; then their large requests may encode (see the module docstring)."""
