@@ -81,6 +81,13 @@ class OutcomeConflict(InvalidInput):
     code = "conflicting_outcome"
 
 
+class DuplicateRequest(ServingError):
+    """The request id names an audited prediction of this model already; nothing was
+    recorded for this one."""
+
+    code = "duplicate_request_id"
+
+
 class NotFound(ServingError):
     code = "not_found"
 
@@ -159,6 +166,7 @@ STATUS: dict[type[Exception], int] = {
     MethodNotAllowed: 405,
     ReloadFailed: 409,
     OutcomeConflict: 409,
+    DuplicateRequest: 409,
     PayloadTooLarge: 413,
     TooManyRows: 413,
     UnsupportedMediaType: 415,
@@ -180,6 +188,7 @@ GRPC_CODES: dict[int, str] = {
     401: "UNAUTHENTICATED",
     403: "PERMISSION_DENIED",
     404: "NOT_FOUND",
+    409: "ALREADY_EXISTS",
     413: "INVALID_ARGUMENT",
     415: "INVALID_ARGUMENT",
     422: "INVALID_ARGUMENT",

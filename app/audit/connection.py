@@ -2,7 +2,8 @@
 
 Autocommit, out of the pool: ``COPY`` on PostgreSQL, one INSERT on SQLite
 (:mod:`app.audit.bulk`). It is pinged after :data:`IDLE_PING_S` idle, cancelled when
-stalled, and refuses a SQLite file replaced under it (docs/design.md, "Audit trail").
+stalled, and refuses a SQLite file replaced under it (docs/design.md, "Audit trail"). A
+row the database refuses fails alone (:mod:`app.audit.apart`).
 """
 
 from __future__ import annotations
@@ -17,11 +18,12 @@ from typing import Any
 from psycopg import RawCursor
 from sqlalchemy import Engine, make_url
 
+from app.audit.apart import Apart, Refused, is_row_fault
 from app.audit.bulk import BulkInsert, ChainedInsert, LinkedInsert
 from app.audit.chain import LINK_COLUMNS, ChainHead, Link
-from app.audit.records import CREATED_AT, LOG_COLUMNS, VERSION_AT, now_us
+from app.audit.keys import WriterKeys
+from app.audit.records import CREATED_AT, LOG_COLUMNS, now_us
 from app.audit.tables import chains, links, probes, records
-from app.audit.versions import WriterVersions
 
 IDLE_PING_S = 1.0
 CANCEL_WAIT_S = 2.0
@@ -40,13 +42,21 @@ class WriterConnection:
         columns: Sequence[str],
         timeout_seconds: float,
         chain_key: bytes | None = None,
+        model_ids: bool = True,
     ) -> None:
-        """With ``chain_key`` each group also commits its link of :mod:`app.audit.chain`."""
+        """With ``chain_key`` each group also commits its link of :mod:`app.audit.chain`.
+        With ``model_ids`` each row (its version a key, as records give it) also gets its
+        model's id, the second half of its unique key; a migration copies rows without."""
         self.engine = engine
         self.timeout_ms = max(1, round(timeout_seconds * 1000))
         postgres = engine.dialect.name == "postgresql"
         self._key = chain_key
         self._head: ChainHead | None = None
+        key_at = None
+        if model_ids:
+            key_at = (LOG_COLUMNS.index("request_id"), len(columns))
+            columns = (*columns, "model_id")
+        self._apart = Apart(key_at, ordered=postgres)
         if chain_key is not None:
             columns = (*columns, "chain", "seq")
         self._copy = f"COPY {records.name} ({', '.join(columns)}) FROM STDIN" if postgres else None
@@ -67,61 +77,66 @@ class WriterConnection:
         self._used = 0.0
         self._busy_ms = self.timeout_ms  # sqlite3.connect(timeout=...) set it so
         self._marker = marker
-        self._versions = WriterVersions(marker)
+        self._keys = WriterKeys(marker, model_ids)
         self._owner = f"{socket.gethostname()}:{os.getpid()}"[:128]
 
-    def insert(self, rows: Sequence[tuple[Any, ...]], give_up_at: float | None = None) -> None:
-        """Write ``rows`` in one transaction (:meth:`cancel` stops it). On SQLite, whose
-        wait for a lock no cancel reaches, stop waiting at ``give_up_at``
-        (``time.monotonic()``)."""
+    def insert(self, rows: Sequence[tuple[Any, ...]], give_up_at: float | None = None) -> Refused:
+        """Write ``rows``, each refused row apart (:mod:`app.audit.apart`); the refused
+        ones by place. :meth:`cancel` stops it. On SQLite, whose wait for a lock no cancel
+        reaches, stop waiting at ``give_up_at`` (``time.monotonic()``)."""
         conn = self._ready()
-        link: Link | None = None
+        dbapi = conn.dbapi_connection
         try:
-            cur = conn.cursor()
-            try:
-                if self._copy is None:
-                    self._check_file()
-                    self._busy_until(cur, give_up_at)
-                rows = self._with_version_ids(conn.dbapi_connection, rows)
-                if self._head is not None:
-                    # The link's time is its newest record's: retention prunes by it.
-                    newest = max(row[CREATED_AT] for row in rows)
-                    link = self._head.next_link(rows, newest, len(LOG_COLUMNS))
-                    if self._chained is None:  # SQLite's statement adds them itself
-                        rows = [(*row, link.chain, link.seq) for row in rows]
-                if self._copy is not None:
-                    self._write_postgres(conn.dbapi_connection, cur, rows, link)
-                else:
-                    if link is not None and self._chained is not None:
-                        statements = self._chained.statements(rows, link)
-                    else:
-                        statements = self._log.statements(rows)
-                    several = len(statements) > 1
-                    if several:
-                        cur.execute("BEGIN")
-                    for sql, params in statements:
-                        cur.execute(sql, params)
-                    if several:
-                        cur.execute("COMMIT")
-            finally:
-                cur.close()
+            if self._copy is None:
+                self._check_file()
+                self._busy_until(dbapi, give_up_at)
+            keyed = self._keys.with_ids(dbapi, rows)
+            refused = self._apart.write(
+                keyed,
+                lambda part: self._write(dbapi, part),
+                lambda keys: self._keys.taken(dbapi, keys),
+            )
         except Exception:
             self.close()  # a broken connection must not serve the next group
             raise
+        self._used = time.monotonic()
+        return refused
+
+    def _write(self, dbapi: Any, rows: Sequence[Any]) -> None:
+        """One attempt at ``rows`` in one transaction, with their link; if a row is
+        refused, nothing is written and the chain stays where it was."""
+        link: Link | None = None
+        if self._head is not None:
+            # The link's time is its newest record's: retention prunes by it.
+            newest = max(row[CREATED_AT] for row in rows)
+            link = self._head.next_link(rows, newest, len(LOG_COLUMNS))
+            if self._chained is None:  # SQLite's statement adds them itself
+                rows = [(*row, link.chain, link.seq) for row in rows]
+        cur = dbapi.cursor()
+        try:
+            if self._copy is not None:
+                self._write_postgres(dbapi, cur, rows, link)
+            else:
+                if link is not None and self._chained is not None:
+                    statements = self._chained.statements(rows, link)
+                else:
+                    statements = self._log.statements(rows)
+                several = len(statements) > 1
+                if several:
+                    cur.execute("BEGIN")
+                try:
+                    for sql, params in statements:
+                        cur.execute(sql, params)
+                except Exception as exc:
+                    if several and is_row_fault(exc):
+                        cur.execute("ROLLBACK")  # a refused row: the connection goes on
+                    raise
+                if several:
+                    cur.execute("COMMIT")
+        finally:
+            cur.close()
         if link is not None and self._head is not None:
             self._head.advanced(link)
-        self._used = time.monotonic()
-
-    def _with_version_ids(self, dbapi: Any, rows: Sequence[tuple[Any, ...]]) -> list[Any]:
-        """Rows whose version key (:meth:`AuditRecord.log_values`) is now its row's id."""
-        at = VERSION_AT
-        out = []
-        for row in rows:
-            key = row[at]
-            if isinstance(key, tuple):
-                row = (*row[:at], self._versions.id_for(dbapi, key), *row[at + 1 :])
-            out.append(row)
-        return out
 
     def _write_postgres(self, dbapi: Any, cur: Any, rows: Sequence[Any], link: Link | None) -> None:
         """PostgreSQL: ``COPY`` alone is its own transaction; with a link, one statement
@@ -249,7 +264,7 @@ class WriterConnection:
             else:
                 dbapi.interrupt()
 
-    def _busy_until(self, cur: Any, give_up_at: float | None) -> None:
+    def _busy_until(self, dbapi: Any, give_up_at: float | None) -> None:
         """Set SQLite's lock wait to what is left before ``give_up_at`` (the whole wait
         for a fresh group). It changes only after a stall (records wait in the queue for
         milliseconds), and each PRAGMA is a step that gives up the GIL."""
@@ -257,7 +272,7 @@ class WriterConnection:
         if give_up_at is not None:
             want = min(want, max(0, round((give_up_at - time.monotonic()) * 1000)))
         if want != self._busy_ms:
-            cur.execute(f"PRAGMA busy_timeout = {want}")
+            dbapi.execute(f"PRAGMA busy_timeout = {want}")
             self._busy_ms = want
 
     def _check_file(self) -> None:

@@ -1,9 +1,16 @@
-"""Converting a trail of schema 1 (before compact records) into schema 2, keeping every
-record, its id (outcomes refer to it) and the old table (``iabma audit-migrate``).
+"""Upgrading an older trail, keeping every record and its id (outcomes refer to it)
+(``iabma audit-migrate``).
 
-The old table is renamed ``iabma_audit_log_v1`` (its indexes dropped, so that the new
-table's can take their names), the new tables are made, and the records are copied in
-id order, in groups chained like the server's commits.
+Schema 1 (before compact records): the old table is renamed ``iabma_audit_log_v1`` (its
+indexes dropped, so that the new table's can take their names), the new tables are made,
+and the records are copied in id order, in groups chained like the server's commits.
+
+Schema 2 to 3 (a request id names one record of a model): in one transaction, each record
+gets its model's id, the records' unique key (request id, model id) replaces the index on
+the request id, and the schema says 3. Where a request id already named several records of
+a model, the first keeps the key and the later ones are kept without it (``model_id``
+NULL), counted in the command's report. The chain's digests do not cover the model id, so
+they still hold.
 """
 
 from __future__ import annotations
@@ -13,12 +20,12 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 import numpy as np
-from sqlalchemy import Engine, inspect
+from sqlalchemy import Connection, Engine, func, inspect, select, update
 
 from app.audit import codec
 from app.audit.connection import WriterConnection
 from app.audit.records import LOG_COLUMNS, served_experts
-from app.audit.tables import create_tables, records
+from app.audit.tables import REQUEST_KEY, create_tables, meta, models, records, versions
 
 OLD = "iabma_audit_log_v1"
 OLD_INDEXES = ("ix_iabma_audit_log_time", "ix_iabma_audit_log_top", "ix_iabma_audit_log_request_id")
@@ -30,11 +37,13 @@ OLD_COLUMNS = (
 GROUP = 5_000
 
 
-def needs_migration(engine: Engine) -> bool:
+def found_schema(engine: Engine) -> int | None:
+    """The trail's schema by its records' columns: 1, 2 or 3; None without a trail."""
     look = inspect(engine)
     if not look.has_table(records.name):
-        return False
-    return "experts" in {c["name"] for c in look.get_columns(records.name)}
+        return None
+    columns = {c["name"] for c in look.get_columns(records.name)}
+    return 1 if "experts" in columns else 2 if "model_id" not in columns else 3
 
 
 def converted(old: Any) -> tuple[Any, ...]:
@@ -69,7 +78,7 @@ def migrate(engine: Engine, chain_key: bytes, progress: Callable[[int], None] | 
         for name in OLD_INDEXES:
             conn.exec_driver_sql(f"DROP INDEX IF EXISTS {name}")
     create_tables(engine)
-    writer = WriterConnection(engine, (*LOG_COLUMNS, "id"), 600.0, chain_key)
+    writer = WriterConnection(engine, (*LOG_COLUMNS, "id"), 600.0, chain_key, model_ids=False)
     done = 0
     try:
         with engine.connect() as conn:
@@ -96,4 +105,41 @@ def migrate(engine: Engine, chain_key: bytes, progress: Callable[[int], None] | 
                 f"SELECT setval(pg_get_serial_sequence('{records.name}', 'id'), "
                 f"(SELECT COALESCE(MAX(id), 0) + 1 FROM {records.name}), false)"
             )
+    with engine.begin() as conn:
+        _key_records(conn)
     return done
+
+
+def upgrade(engine: Engine) -> int:
+    """Schema 2 to 3 in one transaction (servers stopped); the records kept without a
+    key because an earlier record of their model holds their request id."""
+    with engine.begin() as conn:
+        models.create(conn)
+        conn.exec_driver_sql(f"ALTER TABLE {records.name} ADD COLUMN model_id INTEGER")
+        conn.exec_driver_sql("DROP INDEX IF EXISTS ix_iabma_audit_log_request_id")
+        _key_records(conn)
+        next(i for i in records.indexes if i.name == REQUEST_KEY).create(conn)
+        conn.execute(update(meta).where(meta.c.key == "schema").values(value="3"))
+    return unkeyed(engine)
+
+
+def _key_records(conn: Connection) -> None:
+    """Give each model's first record under each request id its model's id."""
+    conn.exec_driver_sql(
+        f"INSERT INTO {models.name} (model) SELECT DISTINCT model FROM {versions.name} "
+        f"WHERE model NOT IN (SELECT model FROM {models.name})"
+    )
+    log, v, m = records.name, versions.name, models.name
+    conn.exec_driver_sql(
+        f"UPDATE {log} SET model_id = (SELECT {m}.id FROM {v} JOIN {m} ON {m}.model = {v}.model "
+        f"WHERE {v}.id = {log}.version_id) WHERE model_id IS NULL AND id IN (SELECT MIN(r.id) "
+        f"FROM {log} r JOIN {v} ON {v}.id = r.version_id GROUP BY r.request_id, {v}.model)"
+    )
+
+
+def unkeyed(engine: Engine) -> int:
+    """Records without a key: each shares its request id with an earlier record of its
+    model, from before schema 3."""
+    with engine.connect() as conn:
+        query = select(func.count()).select_from(records).where(records.c.model_id.is_(None))
+        return int(conn.execute(query).scalar_one())

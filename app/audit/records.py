@@ -42,7 +42,33 @@ def iso_from_us(us: int) -> str:
 
 
 def canonical_json(value: Any) -> bytes:
-    return orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
+    try:
+        return orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
+    except orjson.JSONEncodeError:
+        # orjson writes integers of 64 bits at most. A longer one can pass validation: a
+        # number within float32 written with 20 digits, which Python's parser keeps as an
+        # int where orjson's reads a float, or a number spelling a category.
+        pass
+    return orjson.dumps(_within_64_bits(value), option=orjson.OPT_SORT_KEYS)
+
+
+_INT_RANGE = range(-(2**63), 2**64)  # what orjson writes: int64 and uint64
+
+
+def _within_64_bits(value: Any) -> Any:
+    """``value`` with each integer orjson cannot write as the float it reads as (what
+    orjson's own parser makes of it, and what the graph takes), or as its digits beyond
+    float64."""
+    if isinstance(value, dict):
+        return {k: _within_64_bits(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_within_64_bits(v) for v in value]
+    if isinstance(value, int) and not isinstance(value, bool) and value not in _INT_RANGE:
+        try:
+            return float(value)
+        except OverflowError:
+            return str(value)
+    return value
 
 
 def _hmac(key: bytes, text: bytes) -> bytes:

@@ -5,6 +5,9 @@ digests cover them). What costs is the answer's packing: numpy calls on a handfu
 numbers, 12 of the 17 us a single-row record took, on the writer thread that holds the
 GIL the event loop needs meanwhile. Records alike in shape (same task, rows, experts,
 classes) have their arrays stacked and packed in one pass (:func:`codec.pack_many`).
+
+A record whose row cannot be built gets the exception in its place, and the others their
+rows: one request's fault fails that request alone (docs/design.md, "Audit trail").
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from app.audit import codec
 from app.audit.records import AuditRecord
 
 _Shape = tuple[Any, ...]
+Built = tuple[Any, ...] | Exception  # a record's row, or why it could not be built
 
 
 def _shape(rec: AuditRecord) -> _Shape:
@@ -35,40 +39,56 @@ def _shape(rec: AuditRecord) -> _Shape:
     )
 
 
-def log_rows(records: Sequence[AuditRecord]) -> list[tuple[Any, ...]]:
-    """Each record's :meth:`AuditRecord.log_values`, in order."""
+def log_rows(records: Sequence[AuditRecord]) -> list[Built]:
+    """Each record's :meth:`AuditRecord.log_values`, in order, or the exception that
+    building it raised."""
     if len(records) == 1:
-        return [records[0].log_values()]
+        return [_row(records[0])]
     groups: dict[_Shape, list[int]] = {}
     for k, rec in enumerate(records):
         groups.setdefault(_shape(rec), []).append(k)
-    answers: list[bytes] = [b""] * len(records)
-    tops: list[int] = [0] * len(records)
+    out: list[Built | None] = [None] * len(records)
     for at in groups.values():
-        if len(at) == 1:
-            rec = records[at[0]]
-            answers[at[0]], tops[at[0]] = rec.answer(), rec.top()
-            continue
         alike = [records[k] for k in at]
-        first = alike[0]
-        outputs = None
-        if first.expert_outputs is not None:
-            outputs = np.stack([r.expert_outputs for r in alike])  # type: ignore[misc]
-        weights = np.stack([r.weights for r in alike])
-        packed = codec.pack_many(
-            first.task,
-            weights,
-            np.stack([r.prediction for r in alike]),
-            np.stack([r.uncertainty for r in alike]),
-            outputs,
-            first.expert_spread,
-        )
-        # One row each: its sum over rows is the row itself. Larger records sum as before
-        # (numpy's sums over a different axis order need not round alike).
-        if weights.shape[1] == 1:
-            top = weights[:, 0, :].argmax(axis=1).tolist()
-        else:
-            top = [r.top() for r in alike]
-        for j, k in enumerate(at):
-            answers[k], tops[k] = packed[j], top[j]
-    return [rec.row(answers[k], tops[k]) for k, rec in enumerate(records)]
+        try:
+            built = _alike_rows(alike) if len(at) > 1 else [_row(alike[0])]
+        except Exception:  # a record's arrays spoil the stack: each on its own
+            built = [_row(rec) for rec in alike]
+        for k, row in zip(at, built, strict=True):
+            out[k] = row
+    return out  # type: ignore[return-value]  # every place is filled
+
+
+def _row(rec: AuditRecord, answer: bytes | None = None, top: int | None = None) -> Built:
+    """One record's row (around ``answer`` and ``top`` when made with others'), or the
+    exception that stopped it."""
+    try:
+        if answer is None or top is None:
+            return rec.log_values()
+        return rec.row(answer, top)
+    except Exception as exc:
+        return exc
+
+
+def _alike_rows(alike: list[AuditRecord]) -> list[Built]:
+    """The rows of records alike in shape, their arrays packed in one pass."""
+    first = alike[0]
+    outputs = None
+    if first.expert_outputs is not None:
+        outputs = np.stack([r.expert_outputs for r in alike])  # type: ignore[misc]
+    weights = np.stack([r.weights for r in alike])
+    packed = codec.pack_many(
+        first.task,
+        weights,
+        np.stack([r.prediction for r in alike]),
+        np.stack([r.uncertainty for r in alike]),
+        outputs,
+        first.expert_spread,
+    )
+    # One row each: its sum over rows is the row itself. Larger records sum as before
+    # (numpy's sums over a different axis order need not round alike).
+    if weights.shape[1] == 1:
+        top = weights[:, 0, :].argmax(axis=1).tolist()
+    else:
+        top = [r.top() for r in alike]
+    return [_row(rec, packed[j], top[j]) for j, rec in enumerate(alike)]

@@ -18,12 +18,13 @@ from typing import IO, Any
 from sqlalchemy import and_, or_, select
 
 from app.audit import reading, rollup
+from app.audit.apart import Refused
 from app.audit.codec import pack_request_id
 from app.audit.connection import WriterConnection
 from app.audit.engine import lock_sqlite, make_engine
 from app.audit.outcomes import Growth
 from app.audit.records import LOG_COLUMNS, AuditRecord, now_us, record_json
-from app.audit.tables import archived, create_tables, records
+from app.audit.tables import SchemaMismatch, archived, create_tables, records
 from app.audit.versions import ReaderVersions
 from app.errors import Archived, Fault, InvalidInput
 
@@ -90,6 +91,8 @@ class AuditStore:
             try:
                 create_tables(self.engine)
                 return
+            except SchemaMismatch:
+                raise  # no wait makes it another schema
             except Exception:
                 if time.monotonic() >= deadline:
                     raise
@@ -102,14 +105,17 @@ class AuditStore:
             self._lock.close()
             self._lock = None
 
-    def insert(self, batch: Sequence[AuditRecord]) -> None:
+    def insert(self, batch: Sequence[AuditRecord]) -> Refused:
         """:meth:`insert_rows` for records, building their rows here."""
-        self.insert_rows([r.log_values() for r in batch])
+        return self.insert_rows([r.log_values() for r in batch])
 
-    def insert_rows(self, rows: Sequence[tuple[Any, ...]], give_up_at: float | None = None) -> None:
-        """One transaction for the whole group of :meth:`AuditRecord.log_values` rows, on
-        the writer thread's own connection (:mod:`app.audit.connection`)."""
-        self._writer.insert(rows, give_up_at)
+    def insert_rows(
+        self, rows: Sequence[tuple[Any, ...]], give_up_at: float | None = None
+    ) -> Refused:
+        """The group of :meth:`AuditRecord.log_values` rows on the writer thread's own
+        connection (:mod:`app.audit.connection`), one transaction unless the database
+        refuses some rows: those, by place, are not written (:mod:`app.audit.apart`)."""
+        return self._writer.insert(rows, give_up_at)
 
     def probe(self) -> None:
         """A probe commit on the writer's connection (:mod:`app.audit.health`)."""

@@ -29,10 +29,12 @@ from sqlalchemy.exc import IntegrityError, OperationalError, ProgrammingError
 _ID = BigInteger().with_variant(Integer, "sqlite")
 
 metadata = MetaData()
+REQUEST_KEY = "ux_iabma_audit_log_request"  # the records' unique (request_id, model_id)
 
 # Schema 2 (compact records, docs/design.md): a record is its ids, times and one packed
 # blob of arrays (app.audit.codec); what records share is in iabma_audit_versions.
-SCHEMA_VERSION = 2
+# Schema 3: a request id names one record of a model (app.audit.migrate upgrades).
+SCHEMA_VERSION = 3
 
 records = Table(
     "iabma_audit_log",
@@ -50,10 +52,24 @@ records = Table(
     # The link of app.audit.chain that covers this record: its chain and place in it.
     Column("chain", Integer),
     Column("seq", Integer),
-    # Pages and windows walk time (the model's versions filter it); lookups the id. An
-    # index per top expert cost 40 bytes a record for one filter of the console.
+    # iabma_audit_models.id: with the request id, the record's key. NULL only on a record
+    # that shared its id with an earlier one of its model before schema 3 (kept as it was).
+    # Derived from version_id, so the chain's digests leave it out.
+    Column("model_id", Integer),
+    # Pages and windows walk time (the model's versions filter it); lookups the id, which
+    # names one record of a model: a second commit of it fails, and only that record
+    # (app.audit.apart). An index per top expert cost 40 bytes a record for one filter of
+    # the console.
     Index("ix_iabma_audit_log_time", "created_us"),
-    Index("ix_iabma_audit_log_request_id", "request_id"),
+    Index(REQUEST_KEY, "request_id", "model_id", unique=True),
+)
+
+# A small id per model name, for the records' key (one byte a record on SQLite).
+models = Table(
+    "iabma_audit_models",
+    metadata,
+    Column("id", _ID, primary_key=True, autoincrement=True),
+    Column("model", String(128), nullable=False, unique=True),
 )
 
 versions = Table(
@@ -184,17 +200,26 @@ class SchemaMismatch(Exception):
 
 
 def check_schema(engine: Engine) -> None:
-    """Refuse a trail of schema 1 (run ``iabma audit-migrate``) or of a newer release."""
+    """Refuse a trail of schema 1 or 2 (run ``iabma audit-migrate``) or of a newer
+    release."""
     look = inspect(engine)
     if not look.has_table(records.name):
         return
     where = engine.url.render_as_string(hide_password=True)
-    if "experts" in {c["name"] for c in look.get_columns(records.name)}:
+    columns = {c["name"] for c in look.get_columns(records.name)}
+    if "experts" in columns:
         raise SchemaMismatch(
             f"the audit trail {where} has schema 1 (written before compact records). Run "
             f"`iabma audit-migrate --audit-url URL` once, with the servers stopped: it "
             f"copies every record into schema {SCHEMA_VERSION} and keeps the old table as "
             "iabma_audit_log_v1 until you drop it"
+        )
+    if "model_id" not in columns:
+        raise SchemaMismatch(
+            f"the audit trail {where} has schema 2 (a request id could name several "
+            f"records). Run `iabma audit-migrate --audit-url URL` once, with the servers "
+            f"stopped: it upgrades it to schema {SCHEMA_VERSION} in one transaction, keeping "
+            "every record"
         )
     if look.has_table(meta.name):
         with engine.connect() as conn:

@@ -1,8 +1,9 @@
 """Group commit on a writer thread: requests queue their record and await its commit.
 
 A group holds what is queued (up to ``IABMA_AUDIT_BATCH_MAX``), waits briefly for records
-of requests in flight, and commits in one statement; failures answer 503. Why it works
-this way: docs/design.md, "Audit trail".
+of requests in flight, and commits in one statement; failures answer 503. A record that
+cannot be built or that the database refuses fails its own request alone
+(:mod:`app.audit.refusals`). Why it works this way: docs/design.md, "Audit trail".
 """
 
 from __future__ import annotations
@@ -14,13 +15,14 @@ import queue
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
 
+from app.audit import refusals
+from app.audit.apart import Refused
 from app.audit.deadlines import CANCEL_AFTER_S, CLAIM_GRACE_S, Deadlines
 from app.audit.gather import GroupWait
 from app.audit.health import PROBE_EVERY_S, TrailHealth
 from app.audit.records import AuditRecord
-from app.audit.rows import log_rows
+from app.audit.rows import Built, log_rows
 from app.audit.store import AuditStore
 from app.errors import AuditUnavailable
 from app.metrics import ServiceMetrics
@@ -177,18 +179,15 @@ class AuditWriter:
         self._in_commit = len(batch)
         t0 = time.perf_counter()
         stop = False
+        refused: Refused = {}
         try:
-            rows: list[tuple[Any, ...]] = []
+            rows: list[Built] = []
             if gather and self.group_wait > 0:
                 if any(it[2] is not None for it in batch):
                     rows = self._rows(batch)  # a large request waits for its row
                 stop = self._gather(batch, rows)
             rows.extend(self._rows(batch[len(rows) :]))
-            self._deadlines.inserting(True)
-            try:
-                self.store.insert_rows(rows, min(it[3] for it in batch) + CANCEL_AFTER_S)
-            finally:
-                self._deadlines.inserting(False)
+            refused = self._insert(batch, rows)
         except Exception as exc:
             reason = self.health.failed(exc, len(batch))
             late = time.monotonic() >= min(item[3] for item in batch)
@@ -202,13 +201,30 @@ class AuditWriter:
             )
         else:
             error = None
-            self.health.succeeded()
         seconds = time.perf_counter() - t0
         self._in_commit = 0
-        self._loop.call_soon_threadsafe(self._settle, batch, error, seconds)
+        self._loop.call_soon_threadsafe(self._settle, batch, error, seconds, refused)
         return stop
 
-    def _rows(self, items: list[_Item]) -> list[tuple[Any, ...]]:
+    def _insert(self, batch: list[_Item], rows: list[Built]) -> Refused:
+        """Insert the rows that could be built; the requests refused, by place in
+        ``batch``, with what to answer them (:mod:`app.audit.refusals`)."""
+        records = [rec for rec, _, _, _ in batch]
+        places, built, refused = refusals.built_rows(records, rows)
+        if not places:
+            return refused
+        self._deadlines.inserting(True)
+        try:
+            give_up = min(batch[k][3] for k in places) + CANCEL_AFTER_S
+            by_db = self.store.insert_rows(built, give_up)
+        finally:
+            self._deadlines.inserting(False)
+        self.health.succeeded()
+        for j, fault in by_db.items():
+            refused[places[j]] = refusals.answer(records[places[j]], fault)
+        return refused
+
+    def _rows(self, items: list[_Item]) -> list[Built]:
         """The items' rows; then their large requests may encode (see the module docstring)."""
         assert self._loop is not None
         taken = [t for _, _, t, _ in items if t is not None]
@@ -220,7 +236,7 @@ class AuditWriter:
             if taken:
                 self._loop.call_soon_threadsafe(_release, taken)
 
-    def _gather(self, batch: list[_Item], rows: list[tuple[Any, ...]]) -> bool:
+    def _gather(self, batch: list[_Item], rows: list[Built]) -> bool:
         """Add the records of requests already being served, for up to the group wait.
 
         Waits only while some request in flight has yet to queue its record (a lone
@@ -262,10 +278,18 @@ class AuditWriter:
             if not fut.done():
                 fut.set_exception(self._timed_out())
 
-    def _settle(self, batch: list[_Item], error: Exception | None, seconds: float) -> None:
-        """On the event loop: wake the requests of a committed (or failed) group."""
+    def _settle(
+        self, batch: list[_Item], error: Exception | None, seconds: float, refused: Refused
+    ) -> None:
+        """On the event loop: wake the requests of a committed (or failed) group, and
+        those refused alone with their own fault."""
         labels = self.labels()
         self._deadlines.settled(batch)
+        for k, exc in refused.items():
+            if not batch[k][1].done():
+                batch[k][1].set_exception(exc)
+        if refused:
+            batch = [item for k, item in enumerate(batch) if k not in refused]
         answered = sum(
             fut.done() and not fut.cancelled() and fut.exception() is not None
             for _, fut, _, _ in batch

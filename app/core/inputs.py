@@ -132,7 +132,9 @@ class FeatureTable:
         number, problem = self.rule.number(value)
         if problem is not None or number is None:
             return None, problem
-        if not math.isfinite(number):
+        # An integer or a text of digits too long for float64 reads as infinity: it is a
+        # finite number out of range, not an infinity the client sent.
+        if not math.isfinite(number) and not isinstance(value, int | str):
             return None, ("not_finite", f"{json_repr(value)} is not a finite number")
         if abs(number) > FLOAT32_MAX:
             return None, (

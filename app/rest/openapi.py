@@ -23,7 +23,7 @@ from app.rest.schemas import ANSWERS, STRING, components, example_row, feature_v
 # Every status besides 200 that each operation can answer. Every operation can answer 400:
 # an X-Request-ID header that is not a valid id is refused before routing.
 ERRORS: dict[tuple[str, str], tuple[int, ...]] = {
-    ("/predict", "post"): (400, 413, 415, 422, 503),
+    ("/predict", "post"): (400, 409, 413, 415, 422, 503),
     ("/weights", "get"): (400, 404, 410, 422, 503),
     ("/feedback", "post"): (400, 409, 413, 415, 422, 503),
     ("/performance", "get"): (400, 422, 503),
@@ -33,7 +33,7 @@ ERRORS: dict[tuple[str, str], tuple[int, ...]] = {
     ("/v2/health/ready", "get"): (400, 503),
     ("/v2/models/{name}", "get"): (400, 404, 503),
     ("/v2/models/{name}/ready", "get"): (400, 404, 503),
-    ("/v2/models/{name}/infer", "post"): (400, 404, 413, 503),
+    ("/v2/models/{name}/infer", "post"): (400, 404, 409, 413, 503),
 }
 OIP_PREFIX = "/v2"
 # Bodies that are not the error schema: these answers say "not ready" in their own shape.
@@ -169,6 +169,8 @@ def _responses(op: dict[str, Any], path: str, method: str, ring: KeyRing) -> Non
 
 _ERROR_TEXT: dict[Any, str] = {
     ("/feedback", 409): "An outcome differs from the one stored for its row; nothing stored.",
+    ("/predict", 409): "The request id names an audited prediction of this model already.",
+    ("/v2/models/{name}/infer", 409): "The request id names an audited prediction already.",
     400: "Bad request: malformed JSON, or a bad X-Request-ID header.",
     401: "Missing or unknown key (or admin token).",
     403: "A key of another role.",

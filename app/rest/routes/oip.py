@@ -6,7 +6,8 @@ inputs after the JSON header, and binary outputs when asked for with ``binary_da
 ``binary_data_output``.
 
 Errors are ``{"error": "..."}``: 400 for any malformed request, 404 for another model's
-name, 413 over the size limits, 503 while not ready. ``/v2/health/ready`` and the model's
+name, 409 for an ``X-Request-ID`` that names an audited prediction of the model already, 413
+over the size limits, 503 while not ready. ``/v2/health/ready`` and the model's
 ``ready`` answer 503 while loading or draining, as ``/readyz`` does.
 """
 

@@ -21,10 +21,12 @@ gate's `weights` per expert, each expert's own prediction, and the `uncertainty`
 record is committed (503 if the audit store is unavailable).
 
 Bad input is a 4xx naming the field: a missing or unknown feature, a wrong type, NaN or
-Infinity (send `null` for a missing value), an unknown category (422, unless
-`IABMA_UNKNOWN_CATEGORY=missing`), an empty batch (422), more rows than
-`IABMA_MAX_BATCH_ROWS` or a body over `IABMA_MAX_BODY_BYTES` (413), malformed JSON (400),
-or a content type other than `application/json` (415).
+Infinity (send `null` for a missing value), a number beyond float32's range, an unknown
+category (422, unless `IABMA_UNKNOWN_CATEGORY=missing`), an empty batch (422), more rows
+than `IABMA_MAX_BATCH_ROWS` or a body over `IABMA_MAX_BODY_BYTES` (413), malformed JSON
+(400), or a content type other than `application/json` (415). An `X-Request-ID` that
+already names an audited prediction of this model is refused with 409, and nothing is
+recorded: a request id names one record.
 """
 
 

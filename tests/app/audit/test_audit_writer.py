@@ -18,7 +18,7 @@ from app.audit.bulk import ROWS_PER_STATEMENT
 from app.audit.engine import SqliteInUse
 from app.audit.store import AuditStore
 from app.audit.writer import AuditWriter
-from app.errors import AuditUnavailable
+from app.errors import AuditUnavailable, InternalError
 from app.metrics import ServiceMetrics
 from tests.support.services import PG_DSN, schema_of
 from tests.support.trail import Trail, make_record, open_writer
@@ -32,10 +32,11 @@ def test_a_large_record_is_taken_before_it_is_committed(trail: Trail) -> None:
         taken.add_done_callback(lambda _: order.append("taken"))
         committed.add_done_callback(lambda _: order.append("committed"))
         await committed
-        # A record whose row cannot be built fails its commit, and is still let go.
+        # A record whose row cannot be built fails alone (a server fault), and is still
+        # let go.
         broken = dataclasses.replace(make_record("broken"), instances=[{"x": {1, 2}}])  # a set
         failed, released = writer.submit_large(broken)
-        with pytest.raises(Exception, match="audit store is unavailable"):
+        with pytest.raises(InternalError, match="could not be built; nothing was recorded"):
             await failed
         assert released.done() and released.exception() is None
         await writer.close()
@@ -64,22 +65,30 @@ def test_closing_the_writer_flushes_the_queue(trail: Trail) -> None:
 def test_a_group_is_one_transaction_even_over_several_statements(trail: Trail) -> None:
     """The writer's connection runs in autocommit; a group larger than one INSERT must
     still be all or nothing. Half a group in the trail would be records of requests that
-    were answered 503."""
+    were answered 503, and a record refused in the second statement must not leave the
+    first one's records committed (their retry would find them taken)."""
     store = AuditStore(trail.url, 10.0)
     store.prepare()
     try:
         n = ROWS_PER_STATEMENT + 5
-        store.insert([make_record(f"ok-{k}") for k in range(n)])
+        assert store.insert([make_record(f"ok-{k}") for k in range(n)]) == {}
         assert trail.count() == n
-        # The last record fails its NOT NULL column, in the group's second statement.
+        # The last record fails its NOT NULL column, in the group's second statement:
+        # it alone is refused, and every other record lands once.
         bad = [make_record(f"bad-{k}") for k in range(n)]
         bad[-1] = dataclasses.replace(bad[-1], created_us=None)  # type: ignore[arg-type]
-        with pytest.raises(Exception, match="(?i)null"):
-            store.insert(bad)
-        assert trail.count() == n
+        refused = store.insert(bad)
+        assert list(refused) == [n - 1] and "null" in str(refused[n - 1]).lower()
+        assert trail.count() == 2 * n - 1
+        # The database refuses every row (a full disk would): the group fails whole.
+        trail.refuse_inserts()
+        with pytest.raises(Exception, match="refused by the test"):
+            store.insert([make_record(f"none-{k}") for k in range(n)])
+        assert trail.count() == 2 * n - 1
+        trail.execute("drop trigger refuse" + ("" if trail.sqlite_file else " on iabma_audit_log"))
         # The writer reconnects after a failure, and the next group lands.
         store.insert([make_record("after")])
-        assert trail.count() == n + 1
+        assert trail.count() == 2 * n
     finally:
         store.close()
 
@@ -93,8 +102,8 @@ def test_tables_are_created_once_by_racing_writers(pg_url: str) -> None:
         await asyncio.gather(*[asyncio.to_thread(s.prepare) for s in stores])
 
     asyncio.run(main())
-    for s in stores:
-        s.insert([make_record("race")])
+    for k, s in enumerate(stores):
+        s.insert([make_record(f"race-{k}")])
         s.close()
     assert trail.count() == 4
 

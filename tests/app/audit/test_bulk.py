@@ -67,7 +67,9 @@ def test_numbered_parameters_run_on_across_the_rows() -> None:
     )
 
 
-# The database refuses a record inside the group's statement: a trigger per database.
+# The database refuses a record inside the group's statement: a trigger per database, as
+# a constraint refuses a row (SQLite's RAISE is a constraint failure; PostgreSQL's is given
+# the check-violation state).
 _REFUSE = {
     "sqlite": [
         "CREATE TRIGGER refuse BEFORE INSERT ON iabma_audit_log WHEN NEW.latency_us = 3 "
@@ -75,42 +77,52 @@ _REFUSE = {
     ],
     "postgres": [
         "CREATE FUNCTION refuse() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
-        "IF NEW.latency_us = 3 THEN RAISE EXCEPTION 'refused'; END IF; RETURN NEW; END $$",
+        "IF NEW.latency_us = 3 THEN RAISE EXCEPTION 'refused' USING ERRCODE = 'check_violation';"
+        " END IF; RETURN NEW; END $$",
         "CREATE TRIGGER refuse BEFORE INSERT ON iabma_audit_log "
         "FOR EACH ROW EXECUTE FUNCTION refuse()",
     ],
 }
 
 
-def test_what_the_statement_writes_verifies_and_a_failed_one_writes_nothing(
-    trail: Trail,
-) -> None:
+def test_a_refused_record_fails_alone_and_what_is_written_verifies(trail: Trail) -> None:
+    """Past one statement's rows too: the group's first statement is rolled back with the
+    refused second one, so the retry writes each other record once (a record committed
+    twice would come back as a duplicate), and the chain goes on in the same connection."""
     store = AuditStore(trail.url, 10.0, KEY)
     store.prepare()
     try:
         for size in (1, 3, ROWS_PER_STATEMENT + 2):
-            store.insert([make_record(f"n{size}-{j}") for j in range(size)])
+            assert store.insert([make_record(f"n{size}-{j}") for j in range(size)]) == {}
         for sql in _REFUSE["sqlite" if trail.sqlite_file else "postgres"]:
             trail.execute(sql)
         for size in (3, ROWS_PER_STATEMENT + 2):  # one statement, and past its rows
             bad = [make_record(f"bad{size}-{j}") for j in range(size)]
             bad[-1].latency_ms = 0.003
-            with pytest.raises(Exception, match="refused"):
-                store.insert(bad)
+            refused = store.insert(bad)
+            assert list(refused) == [size - 1] and "refused" in str(refused[size - 1])
+        alone = make_record("alone")
+        alone.latency_ms = 0.003
+        # Nothing of the group could be written: the database's fault, the group's failure.
+        with pytest.raises(Exception, match="refused"):
+            store.insert([alone])
         trail.execute("DROP TRIGGER refuse" + ("" if trail.sqlite_file else " ON iabma_audit_log"))
         store.insert([make_record("after")])  # a new connection: its own chain
         report = verify(store.engine, KEY)
     finally:
         store.close()
     assert report.findings == []
-    assert trail.count() == 1 + 3 + ROWS_PER_STATEMENT + 2 + 1
-    # The failed groups left neither their records nor their links; after each failure
-    # the writer's next connection started a chain of its own.
+    written = 1 + 3 + ROWS_PER_STATEMENT + 2 + 2 + ROWS_PER_STATEMENT + 1 + 1
+    assert trail.count() == written
+    assert len(set(trail.request_ids())) == written
+    # The refused records left neither themselves nor a link; the groups they were in
+    # went on in halves, each its own link, in the same chain until the group that failed
+    # whole closed the connection.
     links = trail.rows(
         "SELECT chain, seq, length(digests) / 8 FROM iabma_audit_links ORDER BY chain, seq"
     )
-    first, last = links[0][0], links[-1][0]
-    assert [tuple(r) for r in links] == [
-        (first, 1, 1), (first, 2, 3), (first, 3, ROWS_PER_STATEMENT + 2), (last, 1, 1)
-    ]  # fmt: skip
-    assert last > first
+    chains = [r[0] for r in links]
+    assert chains[:4] == [chains[0]] * 4 and chains[-1] > chains[0]
+    assert sum(r[2] for r in links) == written
+    assert [r[2] for r in links[:3]] == [1, 3, ROWS_PER_STATEMENT + 2]
+    assert links[-1][1:] == (1, 1)

@@ -1,5 +1,6 @@
-"""The trail's tables across releases: a trail of schema 1 (before compact records) is
-refused at start-up, naming ``iabma audit-migrate``, which keeps every record and its id."""
+"""The trail's tables across releases: a trail of schema 1 (before compact records) or 2
+(before a request id named one record) is refused at start-up, naming ``iabma
+audit-migrate``, which keeps every record and its id."""
 
 from __future__ import annotations
 
@@ -9,6 +10,10 @@ import numpy as np
 import pytest
 
 from app.audit.chain import chain_key
+from app.audit.codec import unpack_request_id
+from app.audit.connection import WriterConnection
+from app.audit.engine import make_engine
+from app.audit.records import LOG_COLUMNS
 from app.audit.store import AuditStore
 from app.audit.tables import SchemaMismatch
 from app.cli.main import main
@@ -92,4 +97,72 @@ def test_a_schema_1_trail_is_refused_then_migrated_whole(
     assert max(r[0] for r in trail.rows("select id from iabma_audit_log")) > 9
     assert main(["audit-verify", "--audit-url", trail.url]) == 0, capsys.readouterr().out
     assert main(["audit-migrate", "--audit-url", trail.url]) == 2
-    assert "is not schema 1" in capsys.readouterr().err
+    assert "is schema 3 already" in capsys.readouterr().err
+
+
+def schema_2(trail: Trail, key: bytes) -> None:
+    """A trail as the previous release wrote it: no model ids, the request id's index not
+    unique, and a request id named by several records: twice for one model (the later
+    record kept apart by the upgrade), once each for two models (both keep their key)."""
+    store = AuditStore(trail.url, 10.0, key)
+    store.prepare()
+    store.close()
+    drop_index = "drop index ux_iabma_audit_log_request"
+    for sql in (
+        drop_index,
+        "alter table iabma_audit_log drop column model_id",
+        "drop table iabma_audit_models",
+        "create index ix_iabma_audit_log_request_id on iabma_audit_log (request_id)",
+        "update iabma_audit_meta set value = '2' where key = 'schema'",
+    ):
+        trail.execute(sql)
+    engine = make_engine(trail.url, 10.0)
+    writer = WriterConnection(engine, LOG_COLUMNS, 10.0, key, model_ids=False)
+    try:
+        for group in (["dup", "one", "shared"], ["dup", "dup"]):
+            writer.insert([make_record(rid).log_values() for rid in group])
+        other = dataclasses.replace(make_record("shared"), model="other")
+        writer.insert([other.log_values()])
+    finally:
+        writer.close()
+        engine.dispose()
+
+
+def test_a_schema_2_trail_is_refused_then_upgraded_keeping_every_record(
+    trail: Trail, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("IABMA_AUDIT_HASH_KEY", TEST_HASH_KEY)
+    key = chain_key(TEST_HASH_KEY.encode())
+    schema_2(trail, key)
+    store = AuditStore(trail.url, 10.0, key)
+    with pytest.raises(SchemaMismatch, match="has schema 2 .*iabma audit-migrate --audit-url"):
+        store.prepare()
+    store.close()
+
+    assert main(["audit-migrate", "--audit-url", trail.url]) == 0
+    out = capsys.readouterr().out
+    assert "6 records upgraded to schema 3" in out
+    assert "2 records share their request id with an earlier record of their model" in out
+    assert trail.rows("select value from iabma_audit_meta where key = 'schema'") == [("3",)]
+    # The first record of each id and model keeps the key; nothing was lost or changed.
+    keyed = trail.rows(
+        "select r.request_id, m.model from iabma_audit_log r join iabma_audit_models m "
+        "on m.id = r.model_id order by r.id"
+    )
+    assert [(unpack_request_id(bytes(r)), m) for r, m in keyed] == [
+        ("dup", "demo"), ("one", "demo"), ("shared", "demo"), ("shared", "other")
+    ]  # fmt: skip
+    assert trail.count() == 6
+    assert main(["audit-verify", "--audit-url", trail.url]) == 0, capsys.readouterr().out
+
+    store = AuditStore(trail.url, 10.0, key)
+    store.prepare()  # schema 3 now: starts
+    try:
+        refused = store.insert([make_record(rid) for rid in ("dup", "one", "new")])
+        assert sorted(refused) == [0, 1]
+        assert store.insert([dataclasses.replace(make_record("new"), model="other")]) == {}
+    finally:
+        store.close()
+    assert trail.count() == 8
+    assert main(["audit-migrate", "--audit-url", trail.url]) == 2
+    assert "is schema 3 already" in capsys.readouterr().err

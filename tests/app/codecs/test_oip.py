@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -229,6 +230,15 @@ def _x(data: list[Any], name: str = "x1", dtype: str = "FP32", shape: Any = None
             {"inputs": [_x([70000.0], dtype="FP16"), _x([1.0], "x2")]},
             "inputs[0].data[0]: tensor 'x1': 70000.0 is outside FP16's range",
         ),
+        # Beyond float32 on either side, as JSON numbers or integers.
+        (
+            {"inputs": [_x([1.0, -1e39], dtype="FP64"), _x([1.0, 2.0], "x2")]},
+            "inputs[x1].data[1]: -1e+39 is outside the float32 range",
+        ),
+        (
+            {"inputs": [_x([1.0]), _x([-(10**39)], "x2", "FP64")]},
+            "inputs[x2].data[0]: -1e+39 is outside the float32 range",  # orjson reads a float
+        ),
     ],
 )
 def test_infer_errors_are_400(demo: Client, body: Any, says: str) -> None:
@@ -242,6 +252,25 @@ def test_json_data_within_its_datatype_is_taken(demo: Client) -> None:
     body = {"inputs": [_x([2.0, -1], dtype="INT16"), _x([-0.5, 1], "x2", "FP16")]}
     r = demo.post("/v2/models/demo/infer", json=body)
     assert r.status_code == 200, r.text
+
+
+def test_a_long_integer_within_float32_is_served_and_audited_as_read(
+    credit: Client, bundles: Bundles
+) -> None:
+    # With a space before a colon, Python's parser reads the body and keeps 10**20 an int;
+    # orjson, which writes the audit record, takes integers of 64 bits at most.
+    trained = bundles.credit
+    numeric = {f.name for f in trained.est.schema_.features if f.dtype == "float"}
+    inputs = tensors(trained.X.iloc[:2], numeric)
+    (duration,) = [t for t in inputs if t["name"] == "duration"]
+    duration["data"] = [10**20, -(10**20)]
+    raw = json.dumps({"inputs": inputs}, separators=(",", " : ")).encode()
+    rid = f"long-{credit.kind}"
+    headers = {"content-type": "application/json", "x-request-id": rid}
+    r = credit.post("/v2/models/credit/infer", content=raw, headers=headers)
+    assert r.status_code == 200, r.text
+    record = credit.get("/weights", params={"request_id": rid}).json()
+    assert record["request_id"] == rid and record["n_instances"] == 2
 
 
 def test_lone_surrogate_is_a_400(demo: Client) -> None:

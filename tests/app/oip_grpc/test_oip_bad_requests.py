@@ -15,6 +15,7 @@ from typing import Any
 
 import grpc
 import httpx
+import numpy as np
 import orjson
 import pandas as pd
 import pytest
@@ -42,6 +43,14 @@ def credit(bundles: Bundles, tmp_path_factory: pytest.TempPathFactory) -> Iterat
 @pytest.fixture(scope="module")
 def frame(bundles: Bundles) -> pd.DataFrame:
     return bundles.credit.X
+
+
+def _f8(*values: float) -> bytes:
+    return np.array(values, dtype="<f8").tobytes()
+
+
+def _f4(*values: float) -> bytes:
+    return np.array(values, dtype="<f4").tobytes()
 
 
 def strings(values: list[str]) -> bytes:
@@ -144,6 +153,13 @@ REST_CASES: list[tuple[str, Callable[[Request], None], int, str]] = [
      "not UTF-8"),
     ("BYTES unknown category", setting(CAT, raw=strings(["<0", "nope"])), 400, "nope"),
     ("negative binary_data_size", setting(NUM, size=-8), 400, "expected a byte count"),
+    # Beyond float32, negative too: served as -inf when only `x > max` was checked.
+    ("FP64 beyond float32", setting(NUM, datatype="FP64", raw=_f8(1.0, -1e39)), 400,
+     f"inputs[{NUM}].data[1]: -1e+39 is outside the float32 range"),
+    ("FP64 beyond float32, positive", setting(NUM, datatype="FP64", raw=_f8(3.5e38, 1.0)), 400,
+     f"inputs[{NUM}].data[0]: 3.5e+38 is outside the float32 range"),
+    ("FP32 minus infinity", setting(NUM, raw=_f4(1.0, -np.inf)), 400,
+     f"inputs[{NUM}].data[1]: -inf is not a finite number"),
     ("wrong Content-Type", with_(headers={"Content-Type": "text/csv"}), 400, "Content-Type"),
     ("another model", with_(model="demo"), 404, "not served here"),
     ("binary_data_output not a bool", with_(extra={"parameters": {"binary_data_output": 1}}),
@@ -251,6 +267,13 @@ def typed_short(frame: pd.DataFrame) -> Any:
     return msg
 
 
+def typed_beyond(frame: pd.DataFrame) -> Any:
+    msg = typed(frame)
+    numeric = next(t for t in msg.inputs if t.name == NUM)
+    numeric.contents.fp64_contents[1] = -1e39
+    return msg
+
+
 def raw_and_contents(frame: pd.DataFrame) -> Any:
     msg = grpc_request(good(frame))
     msg.inputs[0].contents.bytes_contents.append(b"<0")
@@ -284,6 +307,10 @@ GRPC_CASES: list[tuple[str, Callable[[pd.DataFrame], Any], grpc.StatusCode, str]
     ("a feature missing", mutate(lambda r: r.tensors.pop()), Code.INVALID_ARGUMENT,
      "missing tensors"),
     ("typed contents short", typed_short, Code.INVALID_ARGUMENT, "but the shape says 2"),
+    ("raw FP64 beyond float32", mutate(setting(NUM, datatype="FP64", raw=_f8(-1e39, 1.0))),
+     Code.INVALID_ARGUMENT, f"inputs[{NUM}].data[0]: -1e+39 is outside the float32 range"),
+    ("typed FP64 beyond float32", typed_beyond, Code.INVALID_ARGUMENT,
+     f"inputs[{NUM}].data[1]: -1e+39 is outside the float32 range"),
     ("unknown output", with_fields(outputs="probabilities"), Code.INVALID_ARGUMENT,
      "unknown output 'probabilities'"),
     ("another model", with_fields(model_name="demo"), Code.NOT_FOUND, "not served here"),
@@ -349,3 +376,26 @@ def test_only_successful_calls_are_audited(credit: Served, frame: pd.DataFrame) 
     good_calls = sum(c[2] == 200 for c in REST_CASES) + sum(c[2] == Code.OK for c in GRPC_CASES)
     assert good_calls == 3
     assert credit.audit_rows() - before == good_calls
+
+
+def test_a_request_id_names_one_record_over_grpc_and_rest(
+    credit: Served, frame: pd.DataFrame
+) -> None:
+    before = credit.audit_rows()
+    metadata = (("x-request-id", "grpc-once"),)
+    with grpc.insecure_channel(credit.grpc) as channel:
+        stub = pb_grpc.GRPCInferenceServiceStub(channel)
+        stub.ModelInfer(typed(frame), metadata=metadata, timeout=30)
+        with pytest.raises(grpc.RpcError) as err:
+            stub.ModelInfer(typed(frame), metadata=metadata, timeout=30)
+    assert err.value.code() == Code.ALREADY_EXISTS
+    details = err.value.details() or ""
+    assert "request id 'grpc-once' already names an audited prediction of model 'credit'" in details
+    again = rest(credit, with_headers(good(frame), {"X-Request-ID": "grpc-once"}))
+    assert again.status_code == 409 and "grpc-once" in message(again)
+    assert credit.audit_rows() - before == 1
+
+
+def with_headers(req: Request, headers: dict[str, str]) -> Request:
+    req.headers = headers
+    return req

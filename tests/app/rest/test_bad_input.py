@@ -94,9 +94,9 @@ CASES = [
         "an out-of-range number of 1,500 digits is not echoed whole",
         rows({"x1": "9" * 1500, "x2": 1.0}),
         422,
-        "not_finite",
+        "out_of_range",
         "instances[0].x1",
-        '"9999999999999999999999999999999999999999"... is not a finite number',
+        '"9999999999999999999999999999999999999999"... is outside the float32 range',
     ),
     Case(
         "string for a number",
