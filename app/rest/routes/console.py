@@ -14,6 +14,7 @@ from urllib.parse import parse_qsl
 
 from fastapi import APIRouter, Request
 from starlette.responses import RedirectResponse, Response
+from starlette.types import Scope
 
 from app.console import charts, pages, views
 from app.console import probe as probing
@@ -33,6 +34,7 @@ def _base(model: LoadedModel, page: str, request: Request) -> dict[str, Any]:
     return {
         "page": page,
         "model": model,
+        "root": pages.root_of(request.scope),
         "signed_in": presented_key(request.scope["headers"], "/audit") is not None,
     }
 
@@ -116,8 +118,8 @@ async def bundle(request: Request, service: ServiceDep) -> Response:
     return pages.render("bundle.html", {**_base(model, "bundle", request), **context})
 
 
-async def login_form(_request: Request) -> Response:
-    return pages.login_page(None)
+async def login_form(request: Request) -> Response:
+    return pages.login_page(None, request.scope)
 
 
 async def login(request: Request, service: ServiceDep) -> Response:
@@ -126,19 +128,21 @@ async def login(request: Request, service: ServiceDep) -> Response:
     try:
         KeyRing.from_settings(service.settings).check(Role.AUDITOR, key or None)
     except (Unauthorized, Forbidden) as exc:
-        return pages.login_page(exc, 401 if isinstance(exc, Unauthorized) else 403)
-    response = RedirectResponse("/audit", status_code=303)
+        return refusal_page(exc, request.scope)
+    root = pages.root_of(request.scope)
+    response = RedirectResponse(f"{root}/audit", status_code=303)
     if key:
         secure = request.url.scheme == "https" or (
             request.headers.get("x-forwarded-proto") == "https"
         )
-        pages.set_cookie(response, key, secure)
+        pages.set_cookie(response, key, secure, root)
     return response
 
 
-async def logout(_request: Request) -> Response:
-    response = RedirectResponse("/audit/login", status_code=303)
-    pages.clear_cookie(response)
+async def logout(request: Request) -> Response:
+    root = pages.root_of(request.scope)
+    response = RedirectResponse(f"{root}/audit/login", status_code=303)
+    pages.clear_cookie(response, root)
     return response
 
 
@@ -149,10 +153,10 @@ async def static(name: str) -> Response:
     return found
 
 
-def refusal_page(exc: Exception) -> Response:
+def refusal_page(exc: Exception, scope: Scope) -> Response:
     """The guard's answer to a browser without a valid key: the login form, same status."""
     assert isinstance(exc, ServingError)
-    return pages.login_page(exc, 401 if isinstance(exc, Unauthorized) else 403)
+    return pages.login_page(exc, scope, 401 if isinstance(exc, Unauthorized) else 403)
 
 
 def router() -> APIRouter:
