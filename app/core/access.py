@@ -13,7 +13,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from enum import Enum
 from urllib.parse import unquote
@@ -142,6 +142,12 @@ class KeyRing:
                 if hmac.compare_digest(given, digest):
                     found.add(role)
         return found
+
+    def authoriser(self, role: Role) -> Callable[[list[tuple[bytes, bytes]]], None] | None:
+        """What checks a request's headers for ``role``'s keys; None when the role is open."""
+        if role not in self.keys:
+            return None
+        return lambda headers: self.check(role, presented_key(headers))
 
     def check(self, role: Role, key: str | None) -> None:
         """Raise :class:`Unauthorized` or :class:`Forbidden` unless ``key`` opens ``role``."""
