@@ -74,16 +74,25 @@ def _cross_site_form(scope: Scope, path: str) -> bool:
     """A POST to the console whose ``Origin`` (or, without one, ``Referer``) names another
     host than the request's: SameSite cookies stop another site from using a session, but
     not from signing a browser in with the attacker's key (login CSRF). Clients that send
-    neither header (scripts, curl) are not browsers posting forms, and pass."""
+    neither header (scripts, curl) are not browsers posting forms, and pass.
+
+    Host names are compared, not ports, as SameSite compares sites: a proxy commonly passes
+    ``Host`` without the port the browser used (nginx's ``$host``), and a form cannot set
+    ``Host`` itself."""
     if not in_console(path):
         return False
     headers = dict(scope["headers"])
     source = headers.get(b"origin") or headers.get(b"referer")
     if not source:
         return False
-    host = headers.get(b"host", b"").decode("latin-1").lower()
+    host = _hostname("//" + headers.get(b"host", b"").decode("latin-1"))
+    return host is None or _hostname(source.decode("latin-1")) != host
+
+
+def _hostname(url: str) -> str | None:
+    """The host name of ``url``, lower case; None for "null" or what no browser sends
+    ("http://[::1")."""
     try:
-        netloc = urlsplit(source.decode("latin-1")).netloc.lower()
-    except ValueError:  # "http://[::1": no host it could be the request's
-        return True
-    return netloc != host
+        return urlsplit(url).hostname
+    except ValueError:
+        return None
