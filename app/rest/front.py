@@ -27,7 +27,7 @@ from app.core.service import Service
 from app.errors import InvalidHeader, StartupRefused
 from app.rest.access import AccessGuard
 from app.rest.dataplane import DataPlane
-from app.rest.paths import route_path
+from app.rest.paths import printable, route_path
 from app.rest.responses import error_response
 
 CORS_HEADERS = ["Authorization", "Content-Type", "Content-Encoding", "X-API-Key", "X-Request-ID"]
@@ -124,7 +124,7 @@ class Front:
         method = scope["method"]
         model = self.service.labels()
         self.service.metrics.request_done((*model, route, method, str(status)), seconds)
-        path = scope["path"]
+        path = printable(scope["path"])
         fields = {
             "request_id": request_id,
             "method": method,

@@ -39,6 +39,12 @@ def check_path(path: str) -> None:
         )
 
 
+def printable(path: str) -> str:
+    """``path`` with its control characters percent-encoded again, for a log line: a
+    refused ``/x%0AGET /weights 200`` must not write a line of its own."""
+    return _CONTROL.sub(lambda m: f"%{ord(m.group()):02X}", path)
+
+
 def routes_by_path(routes: list[BaseRoute]) -> Iterator[tuple[str, BaseRoute]]:
     """Every route with its path template, inside included routers too (FastAPI puts the
     router's own route object in ``scope["route"]``, as found here)."""

@@ -131,6 +131,8 @@ def server(
         "IABMA_AUDIT_URL": f"sqlite:///{tmp / 'audit.db'}", "IABMA_AUDIT_PAYLOAD": "full",
         "IABMA_RELOAD_INTERVAL_SECONDS": "0", "IABMA_LOG_LEVEL": "WARNING", **ENV_KEYS,
     }  # fmt: skip
+    if root:  # and CORS on, whose layer runs before the guard
+        env["IABMA_CORS_ORIGINS"] = "https://console.example"
     args = ("--root-path", root) if root else ()
     with UvicornProcess(env, args) as proc:
         proc.wait_ready()
@@ -214,3 +216,23 @@ def test_errors_keep_their_family_under_the_root_path(server: UvicornProcess) ->
     assert missing.status == 404 and missing.text.startswith('{"error":"')
     native = send(server, "GET", "/weights", "/weights", None)
     assert native.text.startswith('{"error":{"code":"unauthorized"')
+
+
+def test_a_refused_path_cannot_forge_a_log_line(bundles: Bundles, tmp_path: Path) -> None:
+    """Text logs are one line a request: a decoded newline in a path would start a line of
+    the client's making."""
+    env = {
+        "IABMA_STORE": str(bundles.store), "IABMA_MODEL_NAME": "demo",
+        "IABMA_AUDIT_URL": f"sqlite:///{tmp_path / 'audit.db'}", "IABMA_LOG_FORMAT": "text",
+        "IABMA_LOG_LEVEL": "INFO",
+    }  # fmt: skip
+    forged = "2026-01-01T00:00:00.000+00:00 INFO iabma.request GET /weights 200"
+    with UvicornProcess(env, cwd=tmp_path) as proc:
+        proc.wait_ready()
+        r = raw_request(proc.base_url, "GET", "/x%0A" + quote(forged, safe="/:+"))
+        assert r.status == 400
+        proc.terminate()
+        _out, err = proc.output()
+    lines = err.splitlines()
+    assert not any(line.startswith("2026-01-01T00:00:00") for line in lines), lines[-5:]
+    assert any("GET /x%0A2026-01-01T00:00:00" in line and " 400 " in line for line in lines)
