@@ -6,18 +6,18 @@ the trail's index intact."""
 from __future__ import annotations
 
 import json
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import grpc
 import jsonschema
 import pytest
 
 from app.contract.request import REQUEST_ID
-from app.oip_grpc.servicer import request_id
 from tests.support.bundles import Bundles, make_settings
-from tests.support.harness import AsgiHarness, UvicornHarness
+from tests.support.harness import PYTHON, ROOT, AsgiHarness, UvicornHarness
+from tests.support.oip import serve
 
 NEWLINED = ["abc\n", "abc\r\n", "abc\n\n", "\nabc", "a" * 128 + "\n", "abc\r", "ab\nc"]
 VALID = ["abc", "a" * 128, "01a2246b4c27ffd9ca889:x/y+z=w.v_u-t"]
@@ -115,37 +115,48 @@ def test_x_request_id_with_a_newline_is_a_400_on_rest_and_oip(
     assert ok in (200, 422), "the same request without the header is judged on its body"
 
 
-class _Context:
-    """What the servicer reads of a gRPC call: its metadata."""
-
-    def __init__(self, metadata: list[tuple[str, str]]) -> None:
-        self.metadata = metadata
-
-    def invocation_metadata(self) -> list[tuple[str, str]]:
-        return self.metadata
-
-
-@pytest.mark.parametrize("rid", NEWLINED)
-def test_grpc_metadata_with_a_newline_gets_a_fresh_id(rid: str) -> None:
-    made = request_id(_Context([("x-request-id", rid)]))  # type: ignore[arg-type]
-    assert made != rid and REQUEST_ID.fullmatch(made)
-    assert request_id(_Context([("x-request-id", "given-1")])) == "given-1"  # type: ignore[arg-type]
+def test_grpc_metadata_with_a_newline_gets_a_fresh_id() -> None:
+    """The servicer's reader of the metadata, in a child process: tritonclient's modules,
+    which other tests import, define the same protobuf messages as the server's."""
+    code = (
+        "import json, sys\n"
+        "from app.oip_grpc.servicer import request_id\n"
+        "class C:\n"
+        "    def __init__(self, v): self.v = v\n"
+        "    def invocation_metadata(self): return [('x-request-id', self.v)]\n"
+        "print(json.dumps([request_id(C(v)) for v in json.loads(sys.argv[1])]))\n"
+    )
+    given = [*NEWLINED, "given-1"]
+    out = subprocess.run(
+        [PYTHON, "-c", code, json.dumps(given)], cwd=ROOT, capture_output=True, text=True,
+        timeout=60, check=True,
+    )  # fmt: skip
+    made = json.loads(out.stdout)
+    assert made[-1] == "given-1"
+    for rid, fresh in zip(NEWLINED, made, strict=False):
+        assert fresh != rid and REQUEST_ID.fullmatch(fresh), (rid, fresh)
 
 
 def test_grpc_clients_cannot_send_one_at_all(bundles: Bundles, tmp_path: Path) -> None:
-    """The transport refuses a newline in metadata before it leaves the client; the unit
-    test above holds the servicer to the rule should another client try."""
-    from app.oip_grpc import grpc_service_pb2 as pb
-    from app.oip_grpc import grpc_service_pb2_grpc as pb_grpc
-    from tests.support.services import free_port
+    """The transport refuses a newline in metadata before it leaves the client; the test
+    above holds the servicer to the rule should another client try."""
+    import numpy as np
+    import tritonclient.grpc as grpcclient
+    from tritonclient.utils import InferenceServerException
 
-    port = free_port()
-    settings = make_settings(bundles.store, tmp_path, grpc_port=port, grpc_host="127.0.0.1")
-    with UvicornHarness(settings), grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
-        stub = pb_grpc.GRPCInferenceServiceStub(channel)
-        assert stub.ServerLive(pb.ServerLiveRequest(), metadata=[("x-request-id", "ok-1")]).live
-        with pytest.raises(grpc.RpcError):
-            stub.ServerLive(pb.ServerLiveRequest(), metadata=[("x-request-id", "abc\n")])
+    served = serve(bundles, "demo", tmp_path)
+    with served.proc:
+        served.proc.wait_ready()
+        client = grpcclient.InferenceServerClient(served.grpc)
+        inputs = []
+        for name in ("x1", "x2"):
+            t = grpcclient.InferInput(name, [1, 1], "FP32")
+            t.set_data_from_numpy(np.array([[0.25]], dtype=np.float32))
+            inputs.append(t)
+        ok = client.infer("demo", inputs, headers={"x-request-id": "given-2"})
+        assert ok.get_response().id == "given-2"
+        with pytest.raises(InferenceServerException):
+            client.infer("demo", inputs, headers={"x-request-id": "abc\n"})
 
 
 def test_a_request_id_in_a_query_with_a_newline_is_a_422(bundles: Bundles, tmp_path: Path) -> None:
