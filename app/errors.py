@@ -53,6 +53,10 @@ class InvalidHeader(ServingError):
     code = "invalid_header"
 
 
+class InvalidPath(ServingError):
+    code = "invalid_path"
+
+
 class PayloadTooLarge(ServingError):
     code = "payload_too_large"
 
@@ -156,6 +160,7 @@ class StartupRefused(Exception):
 STATUS: dict[type[Exception], int] = {
     InvalidJSON: 400,
     InvalidHeader: 400,
+    InvalidPath: 400,
     InvalidEncoding: 400,
     Unauthorized: 401,
     Forbidden: 403,

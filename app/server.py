@@ -27,6 +27,7 @@ def serve(
     proxy_headers: bool = False,
     keep_alive_seconds: int = 5,
     graceful_seconds: float = 30,
+    root_path: str = "",
 ) -> int:
     """Run until stopped; return the process exit code (2 for a bad setting)."""
     try:
@@ -63,6 +64,7 @@ def serve(
         proxy_headers=proxy_headers,
         timeout_keep_alive=keep_alive_seconds,
         timeout_graceful_shutdown=int(graceful_seconds),
+        root_path=root_path,
     )
     return 0
 
@@ -77,6 +79,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         action="store_true",
         help="believe X-Forwarded-* from the addresses in FORWARDED_ALLOW_IPS",
     )
+    p.add_argument(
+        "--root-path",
+        default="",
+        metavar="PREFIX",
+        help="the path prefix a proxy mounts the service under and strips, e.g. /api",
+    )
     p.add_argument("--timeout-keep-alive", type=int, default=5, metavar="SECONDS")
     p.add_argument("--timeout-graceful-shutdown", type=float, default=30, metavar="SECONDS")
     args = p.parse_args(argv)
@@ -87,6 +95,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         proxy_headers=args.proxy_headers,
         keep_alive_seconds=args.timeout_keep_alive,
         graceful_seconds=args.timeout_graceful_shutdown,
+        root_path=args.root_path,
     )
 
 

@@ -7,6 +7,7 @@ misconfigured container fails at start-up and says why.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any, Literal
 
@@ -19,6 +20,7 @@ from sqlalchemy.exc import ArgumentError
 from app.bundle.manifest import check_safe_name
 
 ENV_PREFIX = "IABMA_"
+_HOST = re.compile(r"[A-Za-z0-9.-]{1,253}|\[?[0-9A-Fa-f:.]{2,45}\]?")
 DEFAULT_AUDIT_URL = "sqlite:///./var/audit.db"
 
 
@@ -147,7 +149,14 @@ class Settings(BaseSettings):
     metrics_port: int | None = Field(
         None, ge=1, le=65535, description="serve /metrics on this port instead of the main one"
     )
-    metrics_host: str = Field("0.0.0.0", description="address of the metrics port")
+    metrics_host: str = Field(
+        "127.0.0.1",
+        min_length=1,
+        description=(
+            "address the metrics port binds: loopback by default; 0.0.0.0 for a scraper on "
+            "another host (then set IABMA_METRICS_KEYS)"
+        ),
+    )
     cors_origins: str = Field(
         "", description="comma-separated origins allowed by CORS; empty turns CORS off"
     )
@@ -165,6 +174,14 @@ class Settings(BaseSettings):
     @classmethod
     def _blank_port_is_off(cls, v: Any) -> Any:
         return None if isinstance(v, str) and not v.strip() else v
+
+    @field_validator("metrics_host", "grpc_host")
+    @classmethod
+    def _host(cls, v: str) -> str:
+        # An address or a host name: what a socket can bind, not a URL or a list.
+        if not _HOST.fullmatch(v):
+            raise ValueError("expected an IP address or a host name, e.g. 127.0.0.1 or 0.0.0.0")
+        return v
 
     @field_validator("log_level", mode="before")
     @classmethod

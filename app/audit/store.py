@@ -41,7 +41,7 @@ def decode_cursor(text: str) -> tuple[int, int]:
         raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4)).decode("ascii")
     except (binascii.Error, UnicodeDecodeError, ValueError):
         raw = ""
-    match = _CURSOR.match(raw)
+    match = _CURSOR.fullmatch(raw)  # match's $ would take "1.1\n"
     created_us, record_id = (int(match.group(1)), int(match.group(2))) if match else (-1, -1)
     if not (0 <= created_us <= INT64_MAX and 0 <= record_id <= INT64_MAX):
         raise InvalidInput(

@@ -10,6 +10,7 @@ from urllib.parse import quote
 
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 from starlette.responses import HTMLResponse, Response
+from starlette.types import Scope
 
 from app.core.access import CONSOLE_COOKIE as COOKIE
 from app.errors import ServingError, Unauthorized, status_of
@@ -45,8 +46,16 @@ def error_page(exc: ServingError, base: dict[str, Any]) -> HTMLResponse:
     return render("error.html", {**base, "status": status, "faults": exc.faults}, status)
 
 
-def login_page(exc: ServingError | None, status: int = 200) -> HTMLResponse:
-    response = render("login.html", {"page": "login", "error": exc}, status)
+def root_of(scope: Scope) -> str:
+    """The root path the app is mounted under (uvicorn's ``--root-path``), which every link,
+    redirect and cookie path of the console starts with."""
+    root: str = scope.get("root_path", "")
+    return root.rstrip("/")
+
+
+def login_page(exc: ServingError | None, scope: Scope, status: int = 200) -> HTMLResponse:
+    context = {"page": "login", "error": exc, "root": root_of(scope)}
+    response = render("login.html", context, status)
     if isinstance(exc, Unauthorized):
         response.headers["WWW-Authenticate"] = "Bearer"
     return response
@@ -60,16 +69,16 @@ def static_file(name: str) -> Response | None:
     return Response(path.read_bytes(), media_type=kind, headers={"Cache-Control": "max-age=3600"})
 
 
-def set_cookie(response: Response, key: str, secure: bool) -> None:
+def set_cookie(response: Response, key: str, secure: bool, root: str = "") -> None:
     response.set_cookie(
         COOKIE,
         quote(key, safe=""),
-        path=COOKIE_PATH,
+        path=root + COOKIE_PATH,
         httponly=True,
         samesite="strict",
         secure=secure,
     )
 
 
-def clear_cookie(response: Response) -> None:
-    response.delete_cookie(COOKIE, path=COOKIE_PATH, httponly=True, samesite="strict")
+def clear_cookie(response: Response, root: str = "") -> None:
+    response.delete_cookie(COOKIE, path=root + COOKIE_PATH, httponly=True, samesite="strict")

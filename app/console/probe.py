@@ -39,6 +39,11 @@ class Sweep:
     weights: dict[str, list[float]]
 
 
+def form_fields(model: LoadedModel) -> frozenset[str]:
+    """The names of the probe form's fields: one per feature, and the feature to sweep."""
+    return frozenset({"sweep", *(FIELD_PREFIX + name for name in model.features.names)})
+
+
 def form_values(form: dict[str, str], model: LoadedModel) -> dict[str, str]:
     """The feature values of a submitted probe form, every feature present."""
     values = {}

@@ -8,21 +8,30 @@ Filters read the query as ``GET /weights`` reads its listing (``since`` inclusiv
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from app.audit.store import RecordFilter, decode_cursor
+from app.bundle.manifest import check_safe_name
 from app.console import charts, queries
 from app.console.versions import stored_versions
+from app.contract.request import REQUEST_ID
 from app.core import performance as realised
 from app.core.runtime import LoadedModel
 from app.core.service import Service
-from app.core.weights import parse_time_us
-from app.errors import Fault, InvalidInput
+from app.core.weights import parse_time_us, single_params
+from app.errors import Fault, InvalidInput, NotFound
 
 PAGE_SIZE = 50
 FILTERS = ("since", "until", "expert", "version")
+# What each page's query may hold; the record page takes a request id instead.
+PAGE_PARAMS = {
+    "decisions": (*FILTERS, "cursor"),
+    "timeline": FILTERS,
+    "performance": FILTERS,
+    "record": ("request_id",),
+}
 
 
 @dataclass(frozen=True)
@@ -31,8 +40,29 @@ class Filters:
     record_filter: RecordFilter
 
 
+def page_query(items: Sequence[tuple[str, str]], allowed: Collection[str]) -> dict[str, str]:
+    """A page's query as a mapping; a parameter given twice, or one the page does not take
+    (a typo would otherwise show everything unfiltered), is a 422 naming it."""
+    params = single_params(items)
+    unknown = sorted(set(params) - set(allowed))
+    if unknown:
+        takes = ", ".join(allowed) if allowed else "no parameters"
+        raise InvalidInput(
+            [
+                Fault("unknown_parameter", k, f"not a parameter of this page ({takes})")
+                for k in unknown
+            ]
+        )
+    return params
+
+
 def parse_filters(model: LoadedModel, query: Mapping[str, str], limit: int) -> Filters:
     values = {k: query[k].strip() for k in FILTERS if query.get(k, "").strip()}
+    if "version" in values:
+        try:
+            check_safe_name(values["version"], "version")
+        except ValueError as exc:
+            raise InvalidInput([Fault("invalid_value", "version", str(exc))]) from None
     since = parse_time_us("since", values["since"]) if "since" in values else None
     until = parse_time_us("until", values["until"]) if "until" in values else None
     if since is not None and until is not None and since >= until:
@@ -100,9 +130,14 @@ async def decisions(service: Service, model: LoadedModel, query: Mapping[str, st
     }
 
 
-async def record(service: Service, request_id: str) -> dict[str, Any] | None:
+async def record(service: Service, request_id: str) -> dict[str, Any]:
+    if not REQUEST_ID.match(request_id):
+        what = "missing" if not request_id else "must be 1-128 letters, digits or ._:/+=-"
+        raise InvalidInput([Fault("invalid_value", "request_id", what)])
     store = service.require_store()
     found: dict[str, Any] | None = await service.read_store(store.find, request_id)
+    if found is None:
+        raise NotFound(f"no audit record with request id {request_id!r}", field="request_id")
     return found
 
 

@@ -15,8 +15,10 @@ FeatureValue = float | str | None
 FORMATS: tuple[Format, ...] = get_args(Format)
 PARTS: tuple[Part, ...] = get_args(Part)
 # X-Request-ID, and every request id a body or a query names: it lands in the audit trail
-# and in the logs.
-REQUEST_ID = re.compile(r"^[A-Za-z0-9._:/+=-]{1,128}$")
+# and in the logs. Python's ``$`` also matches before a final newline, so "id\n" would pass
+# ``.match``: ``(?!\n)`` refuses it, whichever of match or fullmatch a caller uses, and the
+# pattern stays the ECMA-262 regex JSON Schema reads (where ``$`` is the end already).
+REQUEST_ID = re.compile(r"^[A-Za-z0-9._:/+=-]{1,128}(?!\n)$")
 
 
 @dataclass(frozen=True)

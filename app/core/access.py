@@ -1,10 +1,11 @@
-"""Who may call what: the roles of the routes, and the API, feedback, auditor and metrics
+"""Who may call what: the role of every route, and the API, feedback, auditor and metrics
 keys.
 
-A role without keys is open, but the feedback and auditor roles fall back to the API keys.
-Keys come
-as ``Authorization: Bearer``, ``X-API-Key`` or the console's cookie and are compared in
-constant time (docs/design.md, "Access").
+Each route's role is looked up by its path template in :data:`ROUTES`, matched as routing
+matches it (a ``{name}`` is one path segment), on the path routing sees: without the root
+path (docs/serving.md, "Access control"). A role without keys is open, but the feedback and
+auditor roles fall back to the API keys. Keys come as ``Authorization: Bearer``,
+``X-API-Key`` or the console's cookie and are compared in constant time.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import re
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from enum import Enum
 from urllib.parse import unquote
@@ -27,30 +29,83 @@ class Role(Enum):
     METRICS = "metrics"
 
 
-# The OIP model's readiness answers probes (KServe's own), like the health routes.
-_OIP_READY = re.compile(r"^/v2/models/[^/]+(?:/versions/[^/]+)?/ready$")
-_OIP_MODEL = re.compile(r"^/v2/models/[^/]+(?:/versions/[^/]+)?(?:/infer)?$")
 CONSOLE = "/audit"
 CONSOLE_COOKIE = "iabma_auditor"
-# The console's login form, its logout and its stylesheet and script hold no audit data.
-_CONSOLE_OPEN = ("/audit/login", "/audit/logout")
+# Every route of the app by its template; None is open. The app refuses to start with a
+# route missing here (app.rest.access), so a new route is never open by oversight.
+ROUTES: dict[str, Role | None] = {
+    "/predict": Role.DATA,
+    "/models": Role.DATA,
+    "/v2": Role.DATA,
+    "/v2/models/{name}": Role.DATA,
+    "/v2/models/{name}/infer": Role.DATA,
+    "/feedback": Role.FEEDBACK,
+    "/weights": Role.AUDITOR,
+    "/performance": Role.AUDITOR,
+    "/audit": Role.AUDITOR,
+    "/audit/record": Role.AUDITOR,
+    "/audit/timeline": Role.AUDITOR,
+    "/audit/timeline.json": Role.AUDITOR,
+    "/audit/performance": Role.AUDITOR,
+    "/audit/probe": Role.AUDITOR,
+    "/audit/bundle": Role.AUDITOR,
+    "/metrics": Role.METRICS,
+    # Probes (KServe's own among them), the documentation, the console's sign-in and its
+    # stylesheet and script: no data. /admin/reload checks its own token.
+    "/livez": None,
+    "/readyz": None,
+    "/v2/health/live": None,
+    "/v2/health/ready": None,
+    "/v2/models/{name}/ready": None,
+    "/openapi.json": None,
+    "/docs": None,
+    "/docs/oauth2-redirect": None,
+    "/redoc": None,
+    "/audit/login": None,
+    "/audit/logout": None,
+    "/audit/static/{name}": None,
+    "/admin/reload": None,
+}
+# A path no route takes is a 404 (or a redirect to its twin with or without a trailing
+# slash, which is then checked itself); under these prefixes it still needs their role.
+_NAMESPACES = (("/audit/", Role.AUDITOR), ("/v2/models/", Role.DATA), ("/models/", Role.DATA))
+_PARAM = re.compile(r"\{[^{}]*\}")
+
+
+def _template_pattern(template: str) -> re.Pattern[str]:
+    """A template as routing reads it: each ``{param}`` one non-empty path segment."""
+    literals = _PARAM.split(template)
+    return re.compile("[^/]+".join(map(re.escape, literals)))
+
+
+_STATIC = {t: role for t, role in ROUTES.items() if not _PARAM.search(t)}
+_PATTERNS = [(_template_pattern(t), role) for t, role in ROUTES.items() if _PARAM.search(t)]
 
 
 def role_of(path: str) -> Role | None:
-    """The role a path needs, or ``None`` for open paths (health, docs, admin's own token)."""
-    if path == "/predict" or path == "/models" or path.startswith("/models/"):
-        return Role.DATA
-    if path == "/v2" or (_OIP_MODEL.match(path) and not _OIP_READY.match(path)):
-        return Role.DATA
-    if path == "/feedback":
-        return Role.FEEDBACK
-    if path in _CONSOLE_OPEN or path.startswith("/audit/static/"):
-        return None
-    if path in ("/weights", "/performance") or path == CONSOLE or path.startswith(CONSOLE + "/"):
-        return Role.AUDITOR
-    if path == "/metrics":
-        return Role.METRICS
+    """The role the route path ``path`` needs (a template works too), or ``None`` when open.
+
+    ``path`` is the one routing sees, without the root path (app.rest.paths); it holds no
+    control character there, so an exact match is routing's ``^...$``.
+    """
+    if path in _STATIC:
+        return _STATIC[path]
+    for pattern, role in _PATTERNS:
+        if pattern.fullmatch(path):
+            return role
+    for prefix, role in _NAMESPACES:
+        if path.startswith(prefix):
+            return role
     return None
+
+
+def unclassified(templates: Iterable[str]) -> list[str]:
+    """The route templates :data:`ROUTES` does not name."""
+    return sorted(set(templates) - set(ROUTES))
+
+
+def in_console(path: str) -> bool:
+    return path == CONSOLE or path.startswith(CONSOLE + "/")
 
 
 def _digest(key: str) -> bytes:
@@ -88,6 +143,12 @@ class KeyRing:
                     found.add(role)
         return found
 
+    def authoriser(self, role: Role) -> Callable[[list[tuple[bytes, bytes]]], None] | None:
+        """What checks a request's headers for ``role``'s keys; None when the role is open."""
+        if role not in self.keys:
+            return None
+        return lambda headers: self.check(role, presented_key(headers))
+
     def check(self, role: Role, key: str | None) -> None:
         """Raise :class:`Unauthorized` or :class:`Forbidden` unless ``key`` opens ``role``."""
         if role not in self.keys:
@@ -122,8 +183,7 @@ def presented_key(headers: list[tuple[bytes, bytes]], path: str = "") -> str | N
             return value.decode("latin-1").strip()
         elif name == b"cookie":
             cookie = cookie or _console_cookie(value.decode("latin-1"))
-    in_console = path == CONSOLE or path.startswith(CONSOLE + "/")
-    return cookie if in_console else None
+    return cookie if in_console(path) else None
 
 
 def _console_cookie(header: str) -> str | None:

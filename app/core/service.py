@@ -21,6 +21,7 @@ from app.audit.store import AuditStore
 from app.audit.writer import AuditWriter
 from app.bundle.loader import BundleError
 from app.bundle.predictor import Prediction
+from app.core.access import KeyRing, Role
 from app.core.batching import Batcher
 from app.core.context import RequestContext
 from app.core.follow import LatestFollower
@@ -75,7 +76,12 @@ class Service:
         self.hash_key = b""
         self._tasks: list[asyncio.Task[None]] = []
         self.metrics_port = (
-            MetricsPort(self.metrics.registry, settings.metrics_host, settings.metrics_port)
+            MetricsPort(
+                self.metrics.registry,
+                settings.metrics_host,
+                settings.metrics_port,
+                KeyRing.from_settings(settings).authoriser(Role.METRICS),
+            )
             if settings.metrics_port is not None
             else None
         )

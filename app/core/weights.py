@@ -62,8 +62,10 @@ def parse_time_us(name: str, text: str) -> int:
 def _limit(text: str | None) -> int:
     if text is None:
         return DEFAULT_LIMIT
-    # isdigit alone also passes "²", which int() refuses.
-    if not (text.isascii() and text.isdigit()) or not 1 <= int(text) <= MAX_LIMIT:
+    # isdigit alone also passes "²", which int() refuses; and int() refuses more digits than
+    # sys.get_int_max_str_digits() with a ValueError, so no more are read than MAX_LIMIT has.
+    digits = text.isascii() and text.isdigit() and len(text) <= len(str(MAX_LIMIT))
+    if not digits or not 1 <= int(text) <= MAX_LIMIT:
         raise InvalidInput(
             [
                 Fault(

@@ -102,27 +102,32 @@ async def chunks_of(receive: Receive) -> AsyncIterator[bytes]:
             return
 
 
-async def read_body(chunks: AsyncIterator[bytes], head: BodyHeaders, max_bytes: int) -> bytes:
+BODY_LIMIT = "IABMA_MAX_BODY_BYTES"
+
+
+async def read_body(
+    chunks: AsyncIterator[bytes], head: BodyHeaders, max_bytes: int, limit: str = BODY_LIMIT
+) -> bytes:
+    """The whole body, refused with 413 as soon as it is known to exceed ``max_bytes``
+    (named ``limit`` in the message): from ``Content-Length`` before a byte is read, else
+    at the first chunk past it, and again once decoded."""
     declared = head.content_length
     if declared is not None and declared.isdigit() and int(declared) > max_bytes:
         raise PayloadTooLarge(
-            f"{int(declared)} bytes exceed the limit of {max_bytes} (IABMA_MAX_BODY_BYTES)",
-            field="body",
+            f"{int(declared)} bytes exceed the limit of {max_bytes} ({limit})", field="body"
         )
     parts: list[bytes] = []
     size = 0
     async for chunk in chunks:
         size += len(chunk)
         if size > max_bytes:
-            raise PayloadTooLarge(
-                f"more than {max_bytes} bytes (IABMA_MAX_BODY_BYTES)", field="body"
-            )
+            raise PayloadTooLarge(f"more than {max_bytes} bytes ({limit})", field="body")
         parts.append(chunk)
     raw = parts[0] if len(parts) == 1 else b"".join(parts)
-    return decode(raw, head.content_encoding, max_bytes)
+    return decode(raw, head.content_encoding, max_bytes, limit)
 
 
-def decode(raw: bytes, encoding: str | None, max_bytes: int) -> bytes:
+def decode(raw: bytes, encoding: str | None, max_bytes: int, limit: str = BODY_LIMIT) -> bytes:
     """The body with its ``Content-Encoding`` undone; the size limit holds after decoding,
     so a small compressed body that inflates past it (a zip bomb) is refused with 413
     without inflating more than the limit."""
@@ -135,11 +140,11 @@ def decode(raw: bytes, encoding: str | None, max_bytes: int) -> bytes:
                 f"{coding!r} is not supported; send gzip, deflate or identity",
                 field="header Content-Encoding",
             )
-        raw = _inflate(raw, coding, max_bytes)
+        raw = _inflate(raw, coding, max_bytes, limit)
     return raw
 
 
-def _inflate(raw: bytes, coding: str, max_bytes: int) -> bytes:
+def _inflate(raw: bytes, coding: str, max_bytes: int, limit: str) -> bytes:
     for wbits in _WBITS[coding]:
         inflater = zlib.decompressobj(wbits)
         try:
@@ -147,9 +152,7 @@ def _inflate(raw: bytes, coding: str, max_bytes: int) -> bytes:
         except zlib.error:
             continue
         if len(out) > max_bytes or inflater.unconsumed_tail:
-            raise PayloadTooLarge(
-                f"decodes to more than {max_bytes} bytes (IABMA_MAX_BODY_BYTES)", field="body"
-            )
+            raise PayloadTooLarge(f"decodes to more than {max_bytes} bytes ({limit})", field="body")
         if not inflater.eof:
             raise InvalidEncoding(f"truncated {coding} data", field="body")
         return out

@@ -11,7 +11,7 @@ routes stay in the OpenAPI document, and answer alike however they are reached.
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 from starlette.requests import ClientDisconnect
 from starlette.routing import BaseRoute
@@ -22,6 +22,7 @@ from app.core.context import SCOPE_KEY, RequestContext
 from app.core.service import Service
 from app.errors import ServingError
 from app.rest.body import BodyHeaders, check_content_type, chunks_of, parse_json, read_body
+from app.rest.paths import route_path, routes_by_path
 from app.rest.responses import refusal
 
 log = logging.getLogger("iabma.errors")  # as app.rest.responses logs the other routes' faults
@@ -91,7 +92,7 @@ class DataPlane:
 
     def __init__(self, service: Service, routes: list[BaseRoute]) -> None:
         self.service = service
-        paths = dict(_by_path(routes))
+        paths = dict(routes_by_path(routes))
         self.predict_route = paths[PREDICT]
         self.infer_route = paths["{}{{name}}{}".format(*INFER)]
 
@@ -99,7 +100,7 @@ class DataPlane:
         """The handler of a ``POST`` to either route; None leaves it to FastAPI."""
         if scope["method"] != "POST":
             return None
-        path: str = scope["path"]
+        path = route_path(scope)
         if path == PREDICT:
             scope["route"] = self.predict_route
             return self._predict
@@ -139,17 +140,6 @@ class DataPlane:
         return 200
 
 
-def _by_path(routes: list[BaseRoute]) -> Iterator[tuple[str, BaseRoute]]:
-    """Every route with its path, inside included routers too (FastAPI puts the
-    router's own route object in ``scope["route"]``, as found here)."""
-    for route in routes:
-        inner = getattr(route, "original_router", None)
-        if inner is not None:
-            yield from _by_path(inner.routes)
-        elif isinstance(path := getattr(route, "path", None), str):
-            yield path, route
-
-
 async def _send(send: Send, content: bytes, headers: list[tuple[bytes, bytes]], echo: Echo) -> None:
     headers.insert(0, (b"content-length", str(len(content)).encode()))
     if echo is not None:
@@ -160,7 +150,7 @@ async def _send(send: Send, content: bytes, headers: list[tuple[bytes, bytes]], 
 
 async def _refuse(exc: Exception, scope: Scope, receive: Receive, send: Send, echo: Echo) -> int:
     """The error answer FastAPI's handlers give (app.rest.responses), with the request id."""
-    response = refusal(exc, scope["path"])
+    response = refusal(exc, route_path(scope))
     if echo is not None:
         response.raw_headers.append(echo)
     await response(scope, receive, send)

@@ -27,6 +27,7 @@ from app.core.service import Service
 from app.errors import InvalidHeader, StartupRefused
 from app.rest.access import AccessGuard
 from app.rest.dataplane import DataPlane
+from app.rest.paths import printable, route_path
 from app.rest.responses import error_response
 
 CORS_HEADERS = ["Authorization", "Content-Type", "Content-Encoding", "X-API-Key", "X-Request-ID"]
@@ -46,6 +47,7 @@ class Front:
         self.app = app
         self.service = service
         self.guard = guard
+        guard.cover(routes)
         self.plane = DataPlane(service, routes)
         self.access = AccessLog(service.settings)
         self.inner: ASGIApp = self._guarded
@@ -72,7 +74,7 @@ class Front:
             if key == b"x-request-id":
                 given = value.decode("latin-1")
                 break
-        valid = given is None or REQUEST_ID.match(given) is not None
+        valid = given is None or REQUEST_ID.fullmatch(given) is not None
         request_id = given if valid and given is not None else new_request_id()
         scope[SCOPE_KEY] = RequestContext(request_id, started)
         echo = (b"x-request-id", request_id.encode("latin-1"))
@@ -91,7 +93,7 @@ class Front:
                     "must be 1-128 characters of letters, digits or ._:/+=-",
                     field="header X-Request-ID",
                 )
-                await error_response(fault, scope["path"])(scope, receive, send_with_id)
+                await error_response(fault, route_path(scope))(scope, receive, send_with_id)
             elif self.cors:
                 await self.inner(scope, receive, send_with_id)
             elif (refused := self.guard.refusal(scope)) is not None:
@@ -122,7 +124,7 @@ class Front:
         method = scope["method"]
         model = self.service.labels()
         self.service.metrics.request_done((*model, route, method, str(status)), seconds)
-        path = scope["path"]
+        path = printable(scope["path"])
         fields = {
             "request_id": request_id,
             "method": method,

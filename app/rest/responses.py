@@ -1,10 +1,11 @@
 """Turning any exception into the error body of its route family, via ``errors.STATUS``.
 
-Paths under ``/v2`` speak the Open Inference Protocol (``{"error": "..."}``, 400 for bad
-requests); every other path answers ``{"error": {"code", "message", "field"}}``. An
-unexpected exception is logged with its traceback and answered 500 without one. A client
-that hangs up while its body is being read is logged and counted as 499, not as a 500
-with a traceback: the fault, and the alert, are not the server's.
+Route paths (the path without the root path) under ``/v2`` speak the Open Inference
+Protocol (``{"error": "..."}``, 400 for bad requests); every other path answers
+``{"error": {"code", "message", "field"}}``. An unexpected exception is logged with its
+traceback and answered 500 without one. A client that hangs up while its body is being
+read is logged and counted as 499, not as a 500 with a traceback: the fault, and the
+alert, are not the server's.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from app.errors import (
     oip_status,
     status_of,
 )
+from app.rest.paths import route_path
 
 log = logging.getLogger("iabma.errors")
 OIP_PREFIX = "/v2"
@@ -72,17 +74,17 @@ def refusal(exc: Exception, path: str) -> Response:
 
 def install_error_handlers(app: FastAPI) -> None:
     async def serving_error(request: Request, exc: Exception) -> Response:
-        return error_response(exc, request.url.path)
+        return error_response(exc, route_path(request.scope))
 
     async def http_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, HTTPException)
-        method, path = request.method, request.url.path
+        method, path, route = request.method, request.url.path, route_path(request.scope)
         if exc.status_code == 404:
-            return error_response(NotFound(f"no such route: {method} {path}", "path"), path)
+            return error_response(NotFound(f"no such route: {method} {path}", "path"), route)
         if exc.status_code == 405:
             err = MethodNotAllowed(f"{method} is not allowed on {path}", "method")
-            return error_response(err, path)
-        return error_response(ServingError(str(exc.detail)), path, exc.status_code)
+            return error_response(err, route)
+        return error_response(ServingError(str(exc.detail)), route, exc.status_code)
 
     async def validation_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, RequestValidationError)
@@ -91,15 +93,16 @@ def install_error_handlers(app: FastAPI) -> None:
             for e in exc.errors()
         ]
         return error_response(
-            InvalidInput(faults or [Fault("invalid_value", "", "invalid")]), request.url.path
+            InvalidInput(faults or [Fault("invalid_value", "", "invalid")]),
+            route_path(request.scope),
         )
 
     async def client_gone(request: Request, exc: Exception) -> Response:
-        return refusal(exc, request.url.path)
+        return refusal(exc, route_path(request.scope))
 
     async def unexpected(request: Request, exc: Exception) -> Response:
         log.error("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
-        return error_response(exc, request.url.path)
+        return error_response(exc, route_path(request.scope))
 
     app.add_exception_handler(ServingError, serving_error)
     app.add_exception_handler(HTTPException, http_error)

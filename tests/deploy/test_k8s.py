@@ -67,6 +67,7 @@ SECRET_SETTINGS = {
     "IABMA_AUDIT_HASH_KEY": "audit-hash-key",
     "IABMA_API_KEYS": "api-keys",
     "IABMA_AUDITOR_KEYS": "auditor-keys",
+    "IABMA_METRICS_KEYS": "metrics-keys",
     "IABMA_ADMIN_TOKEN": "admin-token",
     "IABMA_FEEDBACK_KEYS": "feedback-keys",
 }
@@ -238,6 +239,10 @@ def check_service_monitor(doc: Doc, base: list[Doc], image: Image) -> None:
         assert endpoint.get("path", "/metrics") == "/metrics"
         target = by_name[endpoint["port"]]["targetPort"]
         assert container_port(serving.container, target) == metrics_port, endpoint
+        # The pods' metrics port needs a metrics key: a scrape without one is a 401.
+        auth = endpoint.get("authorization", {})
+        assert auth.get("type") == "Bearer", endpoint
+        assert set(auth["credentials"]) == {"name", "key"}, endpoint
 
 
 SHAPE_CHECKS: dict[tuple[str, str], Callable[[Doc, list[Doc], Image], None]] = {
@@ -411,6 +416,17 @@ def test_ports_line_up(render: list[Doc], image: Image) -> None:
     for p in service["spec"]["ports"]:
         container_port(c, p["targetPort"])  # every Service port reaches a container port
     assert {p["name"] for p in service["spec"]["ports"]} == set(names)
+
+
+def test_the_metrics_port_is_open_to_prometheus_and_keyed(renders: dict[Path, list[Doc]]) -> None:
+    """The app binds the metrics port to loopback by default, which no scraper reaches; the
+    pods widen it to their address, and then a metrics key from the Secret must guard it."""
+    for s in all_serving(renders):
+        if "IABMA_METRICS_PORT" not in s.env:
+            continue
+        assert literal(s.env, "IABMA_METRICS_HOST") == "0.0.0.0", s.where
+        keys = s.env.get("IABMA_METRICS_KEYS")
+        assert isinstance(keys, SecretValue) and not keys.optional, s.where
 
 
 def test_scaling_objects_select_the_pods(render: list[Doc]) -> None:

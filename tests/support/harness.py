@@ -90,17 +90,23 @@ def free_socket() -> socket.socket:
 
 
 class UvicornHarness:
-    """The app served by uvicorn on 127.0.0.1 from a thread of this process."""
+    """The app served by uvicorn on 127.0.0.1 from a thread of this process; ``root_path``
+    is uvicorn's ``--root-path``."""
 
     kind = "uvicorn"
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, root_path: str = "") -> None:
         self.app: FastAPI = create_app(settings)
         self._sock = free_socket()
         port = self._sock.getsockname()[1]
         self.base_url = f"http://127.0.0.1:{port}"
         config = uvicorn.Config(
-            self.app, http=HTTP_PROTOCOL, log_config=None, access_log=False, lifespan="on"
+            self.app,
+            http=HTTP_PROTOCOL,
+            log_config=None,
+            access_log=False,
+            lifespan="on",
+            root_path=root_path,
         )
         self.server = uvicorn.Server(config)
         self._thread = threading.Thread(

@@ -299,3 +299,42 @@ def test_the_performance_page_draws_what_performance_answers(console: Any) -> No
     for name, shown in psi.items():
         got = value(samples, "iabma_weight_drift", model_name="demo", expert=name)
         assert float(shown) == pytest.approx(got, abs=1e-12), name
+
+
+def test_under_a_root_path_every_link_redirect_and_cookie_keeps_it(
+    bundles: Bundles, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """Behind a proxy that mounts the app at /api (uvicorn --root-path /api), a browser
+    only ever reaches /api/...: a link, a redirect or a cookie path without the prefix
+    would leave the console, or never be sent back."""
+    settings = make_settings(
+        bundles.store, tmp_path_factory.mktemp("rooted"), api_keys=API, auditor_keys=AUDITOR
+    )
+    with UvicornHarness(settings, root_path="/api") as app:
+        seed(app, bundles.demo, 3, bearer(API))
+        form = {"Content-Type": "application/x-www-form-urlencoded"}
+        sign_in = app.get("/audit", headers=HTML)
+        assert sign_in.status_code == 401
+        ok = app.post("/audit/login", content=f"key={AUDITOR}", headers=form)
+        assert ok.status_code == 303 and ok.headers["location"] == "/api/audit"
+        assert "path=/api/audit" in ok.headers["set-cookie"].lower()
+        out = app.post("/audit/logout", headers={"Cookie": f"{CONSOLE_COOKIE}={AUDITOR}"})
+        assert out.headers["location"] == "/api/audit/login"
+        assert "path=/api/audit" in out.headers["set-cookie"].lower()
+        session = {"Cookie": f"{CONSOLE_COOKIE}={AUDITOR}"}
+        shown = [sign_in.text]
+        visited = (
+            "/audit", "/audit/timeline", "/audit/performance", "/audit/probe", "/audit/bundle",
+            "/audit/record?request_id=seed-0000", "/audit?expert=x",
+        )  # fmt: skip
+        for path in visited:
+            page = app.get(path, headers=session)
+            assert page.status_code in (200, 422), (path, page.text)
+            shown.append(page.text)
+        for text in shown:
+            doc = check_page(text)
+            for element in doc.iter():
+                for attribute in ("href", "src", "action", "data-href"):
+                    link = element.get(attribute) or ""
+                    if link.startswith("/"):
+                        assert link.startswith("/api/audit"), (attribute, link)

@@ -100,3 +100,58 @@ def test_sigterm_drains(bundles: Bundles, tmp_path: Path) -> None:
     assert (
         done and done[-1]["status"] == 200 and done[-1]["request_id"] == p.headers["x-request-id"]
     )
+
+
+def test_readyz_names_the_kind_of_fault_and_keeps_the_database_s_words_in_the_log(
+    bundles: Bundles, pg_url: str, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """/readyz is open to anyone: a trail whose database refuses the server's role must not
+    tell them the database's host, port or user; the log, read by the operator, does."""
+    import psycopg
+
+    from tests.support.services import PG_DSN, schema_of, wait_for
+
+    role = f"w43a_ready_{time.monotonic_ns() % 10**9}"
+    schema = schema_of(pg_url)
+    with psycopg.connect(PG_DSN, autocommit=True) as conn:
+        conn.execute(f'create role "{role}" login')
+        conn.execute(f'grant all on schema "{schema}" to "{role}"')
+    url = pg_url.replace("postgres@", f"{role}@", 1)
+    try:
+        settings = make_settings(
+            bundles.store, Path("."), audit_url=url, audit_unready_seconds=0.5,
+            audit_timeout_seconds=2, log_level="ERROR",
+        )  # fmt: skip
+        with UvicornHarness(settings) as app:
+            body = {"instances": bundles.demo.instances([0])}
+            assert app.post("/predict", json=body).status_code == 200
+            with psycopg.connect(PG_DSN, autocommit=True) as conn:
+                conn.execute(f'alter role "{role}" nologin')
+                conn.execute(
+                    "select pg_terminate_backend(pid) from pg_stat_activity where usename = %s",
+                    (role,),
+                )
+            app.post("/predict", json=body)  # fails, and starts the writer's streak
+
+            def unready() -> bool:
+                return app.get("/readyz").status_code == 503
+
+            wait_for(unready, 30, "/readyz 503 while the role may not log in")
+            ready = app.get("/readyz").json()
+            reason = ready["reason"]
+            assert ready["status"] == "audit_unavailable"
+            assert "the database refused the login" in reason, reason
+            for secret in (role, "127.0.0.1", "5432", "FATAL", schema):
+                assert secret not in reason, (secret, reason)
+            assert app.get("/livez").status_code == 200
+        logged = [json.loads(line) for line in capfd.readouterr().err.splitlines()]
+        said = [e["message"] for e in logged if e["message"].startswith("not ready: ")]
+        assert said and role in said[-1] and "not permitted to log in" in said[-1], said
+    finally:
+        with psycopg.connect(PG_DSN, autocommit=True) as conn:
+            conn.execute(
+                "select pg_terminate_backend(pid) from pg_stat_activity where usename = %s",
+                (role,),
+            )
+            conn.execute(f'drop owned by "{role}" cascade')
+            conn.execute(f'drop role "{role}"')
