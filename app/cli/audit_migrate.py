@@ -1,11 +1,13 @@
-"""``iabma audit-migrate``: convert a trail written before compact records (schema 1).
+"""``iabma audit-migrate``: bring an audit trail of an earlier schema to this release's.
 
 A server refuses to start on such a trail and names this command. Run it once with the
-servers stopped: it renames the old table ``iabma_audit_log_v1``, makes the new tables,
-and copies every record into them (keeping its id, to which outcomes refer), chained as
-the server chains its commits. Drop ``iabma_audit_log_v1`` once you have checked the
-result (``iabma audit-verify``, ``GET /weights``). The key is the server's, as for
-``iabma audit-verify``.
+servers stopped. A trail written before compact records (schema 1): it renames the old
+table ``iabma_audit_log_v1``, makes the new tables, and copies every record into them
+(keeping its id, to which outcomes refer), chained as the server chains its commits;
+drop ``iabma_audit_log_v1`` once you have checked the result (``iabma audit-verify``,
+``GET /weights``). A trail of schema 2 is upgraded in place: each version row sealed,
+the outcomes chained (what they say is taken as found), the outcome chains' tables
+made. The key is the server's, as for ``iabma audit-verify``.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from app.cli.text import command
 
 
 def add_parser(sub: Any) -> None:
-    p = command(sub, "audit-migrate", "convert a schema-1 audit trail to compact records", __doc__)
+    p = command(sub, "audit-migrate", "bring an audit trail to this release's schema", __doc__)
     p.add_argument(
         "--audit-url", default=None, help="the trail's SQLAlchemy URL (default IABMA_AUDIT_URL)"
     )
@@ -31,22 +33,35 @@ def run(args: argparse.Namespace) -> int:
     from sqlalchemy import text
 
     from app.audit.migrate import OLD, migrate, needs_migration
+    from app.audit.tables import SCHEMA_VERSION
+    from app.audit.upgrade import schema_of, upgrade
     from app.cli.progress import ProgressBar
 
     engine, key = open_trail(args.audit_url)
+    shown = args.audit_url or "IABMA_AUDIT_URL"
+    code = 0
     try:
-        if not needs_migration(engine):
-            raise CommandError(
-                option_fault("--audit-url", args.audit_url or "IABMA_AUDIT_URL", "is not schema 1")
-            )
-        with engine.connect() as conn:
-            total = int(conn.execute(text("SELECT count(*) FROM iabma_audit_log")).scalar_one())
-        bar = ProgressBar(total, "records")
         began = time.perf_counter()
-        done = migrate(engine, key, bar.update)
-        bar.close()
+        if needs_migration(engine):
+            with engine.connect() as conn:
+                total = int(conn.execute(text("SELECT count(*) FROM iabma_audit_log")).scalar_one())
+            bar = ProgressBar(total, "records")
+            done = migrate(engine, key, bar.update)
+            bar.close()
+            took = time.perf_counter() - began
+            print(f"{done:,} of {total:,} records copied in {took:.1f} s; the old table is {OLD}")
+            code = 0 if done == total else 1
+        elif schema_of(engine) == SCHEMA_VERSION:
+            raise CommandError(
+                option_fault("--audit-url", shown, f"has schema {SCHEMA_VERSION} already")
+            )
+        began = time.perf_counter()
+        made = upgrade(engine, key)
+        took = time.perf_counter() - began
+        print(
+            f"schema {SCHEMA_VERSION}: {made.versions:,} version rows sealed and "
+            f"{made.outcomes:,} outcomes chained in {took:.1f} s"
+        )
     finally:
         engine.dispose()
-    took = time.perf_counter() - began
-    print(f"{done:,} of {total:,} records copied in {took:.1f} s; the old table is {OLD}")
-    return 0 if done == total else 1
+    return code

@@ -74,7 +74,7 @@ def test_a_schema_1_trail_is_refused_then_migrated_whole(
     assert trail.rows("select count(*) from iabma_audit_log_v1")[0][0] == 2
 
     store = AuditStore(trail.url, 10.0, chain_key(TEST_HASH_KEY.encode()))
-    store.prepare()  # schema 2 now: starts
+    store.prepare()  # schema 3 now: starts
     old, server = store.find("old-1"), store.find(SERVER_ID)
     store.insert([dataclasses.replace(make_record("after"), experts=("a", "b"))])
     store.close()
@@ -92,4 +92,4 @@ def test_a_schema_1_trail_is_refused_then_migrated_whole(
     assert max(r[0] for r in trail.rows("select id from iabma_audit_log")) > 9
     assert main(["audit-verify", "--audit-url", trail.url]) == 0, capsys.readouterr().out
     assert main(["audit-migrate", "--audit-url", trail.url]) == 2
-    assert "is not schema 1" in capsys.readouterr().err
+    assert "has schema 3 already" in capsys.readouterr().err

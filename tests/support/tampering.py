@@ -1,0 +1,104 @@
+"""Trails to tamper with: records committed in groups as the writer commits them, and
+predictions with outcomes posted through the app; and SQL that edits one value."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from app.audit.chain import chain_key
+from app.audit.records import now_us
+from app.audit.store import AuditStore
+from app.audit.verify import Report, verify
+from tests.support.bundles import TEST_HASH_KEY, Bundles, make_settings
+from tests.support.harness import AsgiHarness
+from tests.support.services import make_record
+from tests.support.trail import Trail
+
+KEY = chain_key(TEST_HASH_KEY.encode())
+
+
+def fill(url: str, groups: int = 3, size: int = 5) -> None:
+    """``groups`` group commits of ``size`` records ``g<g>-<i>``, as the writer makes them,
+    each record's weights its own."""
+    rng = np.random.default_rng(7)
+    store = AuditStore(url, 10, KEY)
+    store.prepare()
+    try:
+        for g in range(groups):
+            store.insert(
+                [
+                    dataclasses.replace(
+                        make_record(f"g{g}-{i}"),
+                        created_us=now_us(),
+                        weights=rng.dirichlet([1, 1], size=1),
+                    )
+                    for i in range(size)
+                ]
+            )
+    finally:
+        store.close()
+
+
+def serve_with_outcomes(
+    bundles: Bundles, trail: Trail, tmp_path: Path, n: int = 4, name: str = "demo", **kw: Any
+) -> list[str]:
+    """``n`` predictions of two rows through the app (``p0``, ``p1``, ...), an outcome
+    posted for each row; the request ids."""
+    settings = make_settings(
+        bundles.store, tmp_path, name, audit_url=trail.url, audit_hash_key=TEST_HASH_KEY, **kw
+    )
+    trained = getattr(bundles, name)
+    rids = [f"p{k}" for k in range(n)]
+    with AsgiHarness(settings) as app:
+        for k, rid in enumerate(rids):
+            rows = trained.instances(slice(2 * k, 2 * k + 2))
+            r = app.post("/predict", json={"instances": rows}, headers={"X-Request-ID": rid})
+            assert r.status_code == 200, r.text
+            items = [
+                {"request_id": rid, "row": i, "outcome": _served(item)}
+                for i, item in enumerate(r.json()["predictions"])
+            ]
+            r = app.post("/feedback", json={"outcomes": items})
+            assert r.status_code == 200, r.text
+    return rids
+
+
+def _served(item: dict[str, Any]) -> Any:
+    pred = item["prediction"]
+    return pred["label"] if "label" in pred else round(pred["mean"], 3)
+
+
+def check(trail: Trail) -> Report:
+    return verify(_engine(trail), KEY)
+
+
+def _engine(trail: Trail) -> Any:
+    from app.audit.engine import make_engine
+
+    return make_engine(trail.url, 10.0)
+
+
+def findings(trail: Trail) -> list[str]:
+    engine = _engine(trail)
+    try:
+        return verify(engine, KEY).findings
+    finally:
+        engine.dispose()
+
+
+def other_value(trail: Trail, table: str, column: str, where: str) -> str:
+    """SQL for a value of ``column`` other than the one ``where`` selects, of its type."""
+    (value,) = trail.rows(f"select {column} from {table} where {where}")[0]
+    if value is None:
+        return "'1'" if column in ("input_json", "outcome", "poster") else trail.blob(b"\x01" * 32)
+    if isinstance(value, bool):
+        return "false" if value else "true"
+    if isinstance(value, int):
+        return f"{column} + 1"
+    if isinstance(value, str):
+        return f"{column} || ' '"
+    return trail.blob(bytes(value)[:-1] + bytes([bytes(value)[-1] ^ 1]) if value else b"\x01")
