@@ -51,16 +51,16 @@ async def performance(service: Service, items: Sequence[tuple[str, str]]) -> dic
         raise InvalidInput(
             [Fault("unknown_parameter", k, f"unknown; give {', '.join(QUERY)}") for k in unknown]
         )
-    since = parse_time_us("since", params["since"]) if "since" in params else None
-    until = parse_time_us("until", params["until"]) if "until" in params else None
+    since, until = _time("since", params), _time("until", params)
     if since is not None and until is not None and since >= until:
         raise InvalidInput([Fault("invalid_value", "until", "must be later than since")])
     version = params.get("version")
     if version is not None:
         try:
             check_safe_name(version, "version")
-        except ValueError as exc:
-            raise InvalidInput([Fault("invalid_value", "version", str(exc))]) from None
+        except ValueError:
+            problem = f"not a version name: {_shown(version)} (letters, digits, ._-, 1-128)"
+            raise InvalidInput([Fault("invalid_value", "version", problem)]) from None
     posters = parse_posters(params.get("exclude_poster"))
     slots = parse_buckets(params.get("buckets"))
     store = service.require_store()
@@ -78,6 +78,25 @@ async def performance(service: Service, items: Sequence[tuple[str, str]]) -> dic
     }
 
 
+LONGEST_TIME = 64  # an ISO-8601 time with microseconds and an offset takes 32
+
+
+def _shown(text: str) -> str:
+    """A query value in a message: whole, or its start and its length."""
+    return repr(text) if len(text) <= 80 else f"{text[:40]!r}... ({len(text):,} characters)"
+
+
+def _time(name: str, params: dict[str, str]) -> int | None:
+    text = params.get(name)
+    if text is None:
+        return None
+    if len(text) > LONGEST_TIME:
+        raise InvalidInput(
+            [Fault("invalid_value", name, f"expected an ISO-8601 time, got {_shown(text)}")]
+        )
+    return parse_time_us(name, text)
+
+
 def parse_posters(text: str | None) -> tuple[str, ...]:
     """``exclude_poster``: posters as ``posters`` names them, comma-separated."""
     if text is None:
@@ -86,7 +105,7 @@ def parse_posters(text: str | None) -> tuple[str, ...]:
     bad = [p for p in names if p != ANONYMOUS and not _POSTER.fullmatch(p)]
     if bad or len(names) > MOST_POSTERS:
         problem = (
-            f"{bad[0][:80]!r} is not a poster"
+            f"{_shown(bad[0])} is not a poster"
             if bad
             else f"{len(names)} posters; give at most {MOST_POSTERS}"
         )
@@ -112,7 +131,7 @@ def parse_buckets(text: str | None) -> int:
                 Fault(
                     "invalid_value",
                     "buckets",
-                    f"expected an integer from 1 to {MOST_BUCKETS}, got {text[:80]!r}",
+                    f"expected an integer from 1 to {MOST_BUCKETS}, got {_shown(text)}",
                 )
             ]
         )
