@@ -44,7 +44,13 @@ def fill(url: str, groups: int = 3, size: int = 5) -> None:
 
 
 def serve_with_outcomes(
-    bundles: Bundles, trail: Trail, tmp_path: Path, n: int = 4, name: str = "demo", **kw: Any
+    bundles: Bundles,
+    trail: Trail,
+    tmp_path: Path,
+    n: int = 4,
+    name: str = "demo",
+    prefix: str = "p",
+    **kw: Any,
 ) -> list[str]:
     """``n`` predictions of two rows through the app (``p0``, ``p1``, ...), an outcome
     posted for each row; the request ids."""
@@ -52,7 +58,7 @@ def serve_with_outcomes(
         bundles.store, tmp_path, name, audit_url=trail.url, audit_hash_key=TEST_HASH_KEY, **kw
     )
     trained = getattr(bundles, name)
-    rids = [f"p{k}" for k in range(n)]
+    rids = [f"{prefix}{k}" for k in range(n)]
     with AsgiHarness(settings) as app:
         for k, rid in enumerate(rids):
             rows = trained.instances(slice(2 * k, 2 * k + 2))
