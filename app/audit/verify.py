@@ -15,7 +15,7 @@ import bisect
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from sqlalchemy import Connection, Engine, select
 
@@ -63,9 +63,9 @@ def shown_id(raw: Any) -> str:
     return f"{raw!r:.80} (stored as {kind})"
 
 
-@dataclass(frozen=True)
-class Rec:
-    """A record as found: its id, its digest, its request id as stored."""
+class Rec(NamedTuple):
+    """A record as found: its id, its digest, its request id as stored (a tuple: one is
+    made for every record read)."""
 
     id: int
     digest: bytes
@@ -166,6 +166,8 @@ class _RecordWalk:
         self.chains = chains
         self.entries = entries
         self.scans: dict[int, _Scan] = {}
+        # Per chain, the link being gathered and its records: the loop's fast path.
+        self.open: dict[int, tuple[int, list[Rec]]] = {}
 
     def add(self, rec: Rec, chain: int, seq: int) -> None:
         scan = self.scans.setdefault(chain, _Scan())
@@ -181,6 +183,7 @@ class _RecordWalk:
             gone.after = rec
         scan.waiting = []
         scan.seq, scan.group, scan.opened_after = seq, [rec], scan.last
+        self.open[chain] = (seq, scan.group)
 
     def _close(self, chain: int, scan: _Scan) -> None:
         if scan.seq is None:
@@ -189,6 +192,7 @@ class _RecordWalk:
         scan.waiting += compare(link, scan.group, self.entries, scan.opened_after)
         scan.last, scan.through = scan.group[-1], scan.seq
         scan.seq, scan.group = None, []
+        self.open.pop(chain, None)
 
     def _empty(self, chain: int, scan: _Scan, upto: int | None) -> None:
         """The chain's live links after those compared and before ``upto`` (all, if None),
@@ -275,14 +279,19 @@ def verify(
     sql = f"SELECT {names} FROM {records.name}"
     if since_us is not None:
         sql += f" WHERE created_us >= {int(since_us) - LINK_LAG_US}"
+    opened = walk.open
     with engine.connect() as conn, raw_rows(conn, sql + " ORDER BY id", "iabma_verify") as cursor:
         while rows := cursor.fetchmany(FETCH):
+            report.records += len(rows)
             for row in rows:
-                report.records += 1
                 rec = Rec(row[0], row_digest(row[3:]), row[_RID])
                 if row[_VERSION] not in version_ids:
                     missing_versions.setdefault(row[_VERSION], rec)
-                _place(walk, chains, rec, row, since_us)
+                group = opened.get(row[1])
+                if group is not None and group[0] == row[2]:
+                    group[1].append(rec)  # the common case: the next record of its link
+                else:
+                    _place(walk, chains, rec, row, since_us)
             if progress is not None:
                 progress(report.records)
     walk.finish()
