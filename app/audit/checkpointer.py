@@ -94,17 +94,18 @@ class Checkpointer:
         return line
 
     def _discover(self) -> None:
+        """This process's chains not known yet (all of them, not those past the newest
+        known: two started together may commit out of their ids' order)."""
         c = chains.c
-        known = max(self.chains, default=0)
         with self.engine.connect() as conn:
             rows = conn.execute(
                 select(c.id, c.kind)
-                .where(c.owner == self.owner, c.started_us >= self.since_us, c.id > known)
+                .where(c.owner == self.owner, c.started_us >= self.since_us)
                 .order_by(c.id)
             ).all()
         for row in rows:
             chain, kind = int(row[0]), str(row[1])
-            if kind in self.keys:
+            if chain not in self.chains and kind in self.keys:
                 key = self.keys[kind]
                 self.chains[chain] = _Chain(kind, key, 0, genesis(key, chain))
 

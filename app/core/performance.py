@@ -41,6 +41,7 @@ MAX_BUCKETS = 24  # the default
 MOST_BUCKETS = 200
 MOST_POSTERS = 100
 _POSTER = re.compile(r"key:[0-9a-f]{12}")
+FIRST_US, LAST_US = -62_135_596_800_000_000, 253_402_300_799_999_999  # the years 1 to 9999
 
 
 async def performance(service: Service, items: Sequence[tuple[str, str]]) -> dict[str, Any]:
@@ -304,6 +305,8 @@ def _checked(
         if isinstance(experts, str) and experts not in parsed:
             names = parsed[experts] = _names(experts)
         if names is None or type(at) is not int or not isinstance(w, bytes | memoryview):
+            continue
+        if not FIRST_US <= at < LAST_US:  # a time no ISO-8601 date can show
             continue
         m = len(names)
         w, s = bytes(w), bytes(s) if isinstance(s, bytes | memoryview) else b""

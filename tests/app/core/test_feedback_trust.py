@@ -122,6 +122,9 @@ def test_rows_an_older_release_stored_never_break_performance(
     assert r.status_code == 200, r.text
     body = r.json()
     assert (body["rows"], body["excluded_rows"]) == (1, 3)
+    for params in ({}, {"buckets": "200"}, {"since": "0001-01-01T00:00:00"},
+                   {"until": "9999-12-31T23:59:59.999999"}):  # fmt: skip
+        assert credit.get("/performance", params=params, headers=AUDITOR).status_code == 200
     assert body["mixture"]["nll"] is not None and np.isfinite(body["mixture"]["nll"])
     assert before["rows"] == 4
     assert labelled_rows(make_engine(trail.url, 10.0), "credit")[0], "refit's reader too"
@@ -257,3 +260,41 @@ def test_two_posts_sharing_rows_in_opposite_orders_never_fail(
         counts = sorted((r.json()["accepted"], r.json()["duplicates"]) for r in (first, second))
         assert counts == [(0, 3), (3, 0)]
     assert trail.rows("select count(*) from iabma_outcomes")[0][0] == 3
+
+
+@pytest.mark.parametrize(
+    "edit",
+    [
+        "record_us = 9223372036854775807",
+        "record_us = -9223372036854775808",
+        "experts = 'not json'",
+        'experts = \'["ridge", "ridge", "forest"]\'',
+        "experts = '[]'",
+        "experts = '{{\"a\": 1}}'",
+        "scores = {nan}",
+        "weights = {nan3}",
+        "scores = {short}",
+        "outcome = 'not a number'",
+        "outcome = '1e+400'",
+    ],
+)
+def test_stored_rows_of_any_shape_leave_performance_standing(
+    credit: AsgiHarness, bundles: Bundles, trail: Trail, edit: str
+) -> None:
+    """Rows a database writer bent (audit-verify names them): each is left out, and the
+    report stands."""
+    predict(credit, bundles, "bent", slice(0, 2))
+    outcomes = [{"request_id": "bent", "row": k, "outcome": 2000.0} for k in range(2)]
+    assert credit.post("/feedback", json={"outcomes": outcomes}, headers=bearer(FEEDER)).is_success
+    sql = edit.format(
+        nan=trail.blob(np.full(12, np.nan).tobytes()),
+        nan3=trail.blob(np.full(3, np.nan).tobytes()),
+        short=trail.blob(b"\x00" * 8),
+    )
+    trail.execute(f"update iabma_outcomes set {sql} where row_index = 0")
+    for params in ({}, {"buckets": "1"}, {"since": "2000-01-01"}):
+        r = credit.get("/performance", params=params, headers=AUDITOR)
+        assert r.status_code == 200, r.text
+        body = r.json()
+        assert body["rows"] == 1 and body["excluded_rows"] in (0, 1), body
+        assert body["excluded_rows"] == 1 or "since" in params, "left out by since alone"
