@@ -110,25 +110,31 @@ def served(
         rows = _by_ids(conn, head, list(wanted))
     mine: dict[str, list[Any]] = {}
     for row in rows:
-        v = versions.get(int(row[3]))
+        rid = wanted[bytes(row[1])]
+        try:
+            v = versions.get(int(row[3]))
+        except (KeyError, ValueError, TypeError):  # its version row gone or bent
+            out.unreadable.add(rid)
+            continue
         if v.model == model:
-            mine.setdefault(wanted[bytes(row[1])], []).append((row, v))
+            mine.setdefault(rid, []).append((row, v))
     for rid, found in mine.items():
+        out.unreadable.discard(rid)
         if len(found) > 1:
             out.ambiguous[rid] = len(found)
             continue
         row, v = found[0]
-        rec = _Stored(n_instances=int(row[4]), answer=bytes(row[5]))
         try:
+            rec = _Stored(n_instances=int(row[4]), answer=bytes(row[5]))
             weights, prediction, experts = served_blobs(rec, v)
-        except (ValueError, IndexError, TypeError):  # an answer not as the server packs it
+        except (ValueError, IndexError, TypeError, KeyError):  # not as the server packs it
             out.unreadable.add(rid)
             continue
         out.records[rid] = Served(
             int(row[0]), rid, int(row[2]), v.version, v.task, rec.n_instances, v.experts,
             v.classes, weights, prediction, experts,
         )  # fmt: skip
-    missing = [pack_request_id(r) for r in request_ids if r not in mine]
+    missing = [pack_request_id(r) for r in request_ids if r not in mine and r not in out.unreadable]
     if missing:
         with engine.connect() as conn:
             head = f"SELECT request_id, day FROM {archived.name}"

@@ -12,19 +12,17 @@ NULL) changes the row's digest and is named, never the verifier's crash.
 from __future__ import annotations
 
 import bisect
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from sqlalchemy import Connection, Engine, select
+from sqlalchemy import Engine
 
 from app.audit import chain_links
-from app.audit.chain import DIGEST_BYTES, Link, row_digest, version_mac
-from app.audit.codec import unpack_request_id
+from app.audit.as_stored import check_versions, raw_rows, shown_id
+from app.audit.chain import DIGEST_BYTES, Link, row_digest
 from app.audit.records import LOG_COLUMNS, iso_from_us
-from app.audit.tables import cuts, links, records, versions
-from app.audit.versions import KEY_COLUMNS
+from app.audit.tables import cuts, links, records
 
 # A record's time is before its link's: by at most the commit timeout (600 s at most).
 LINK_LAG_US = 660_000_000
@@ -48,19 +46,6 @@ class Report:
     @property
     def intact(self) -> bool:
         return not self.entries
-
-
-def shown_id(raw: Any) -> str:
-    """A request id as stored, readable whatever it holds."""
-    if isinstance(raw, bytes | memoryview):
-        try:
-            return repr(unpack_request_id(bytes(raw)))
-        except UnicodeDecodeError:
-            return f"0x{bytes(raw).hex()} (not UTF-8)"
-    if raw is None:
-        return "NULL"
-    kind = "text" if isinstance(raw, str) else type(raw).__name__
-    return f"{raw!r:.80} (stored as {kind})"
 
 
 class Rec(NamedTuple):
@@ -215,51 +200,6 @@ class _RecordWalk:
                 gone.after = None
 
 
-@contextmanager
-def raw_rows(conn: Connection, sql: str, name: str) -> Iterator[Any]:
-    """A DBAPI cursor over ``sql``, streamed (PostgreSQL: a server-side cursor, bytea as
-    its bytes); SQLite's text read leniently (bytes not UTF-8 kept as surrogates), so a
-    blob turned into text reads as a value that differs, not as an error."""
-    raw: Any = conn.connection.dbapi_connection
-    postgres = conn.dialect.name == "postgresql"
-    if postgres:
-        cursor = raw.cursor(name=name, binary=True)
-    else:
-        factory = raw.text_factory
-        raw.text_factory = lambda b: b.decode("utf-8", "surrogateescape")
-        cursor = raw.cursor()
-    try:
-        cursor.execute(sql)
-        yield cursor
-    finally:
-        cursor.close()
-        if not postgres:
-            raw.text_factory = factory
-
-
-def check_versions(engine: Engine, key: bytes, report: Report) -> set[Any]:
-    """Every version row against its MAC; the ids of those found."""
-    c = versions.c
-    ids: set[Any] = set()
-    with (
-        engine.connect() as conn,
-        raw_rows(
-            conn, str(select(c.id, *[c[k] for k in KEY_COLUMNS], c.mac)), "iabma_verify_versions"
-        ) as cursor,
-    ):
-        for row in cursor.fetchall():
-            ids.add(row[0])
-            values, mac = tuple(row[1:-1]), row[-1]
-            shown = f"version row id {row[0]} ({', '.join(repr(v)[:60] for v in values[:3])})"
-            if mac is None:
-                report.entries.append(
-                    f"altered: {shown} carries no MAC (not written by the server)"
-                )
-            elif type(row[0]) is not int or version_mac(key, row[0], values) != bytes(mac):
-                report.entries.append(f"altered: {shown} is not as the server wrote it")
-    return ids
-
-
 def verify(
     engine: Engine,
     key: bytes,
@@ -270,7 +210,7 @@ def verify(
     from app.audit import verify_outcomes
 
     report = Report()
-    version_ids = check_versions(engine, key, report)
+    version_ids = check_versions(engine, key, report.entries)
     chains = chain_links.load(engine, links, cuts, key, since_us, report.entries, DIGEST_BYTES)
     report.links = len(chains.live)
     walk = _RecordWalk(chains, report.entries)

@@ -17,10 +17,11 @@ from typing import Any
 from sqlalchemy import Engine
 
 from app.audit import chain_links
+from app.audit.as_stored import raw_rows, shown_id
 from app.audit.chain import ENTRY_BYTES, Link, entries, outcome_key, row_digest
 from app.audit.outcome_chain import DIGESTED, RECORD_AT
 from app.audit.tables import outcome_cuts, outcome_links, outcomes, records
-from app.audit.verify import FETCH, Report, raw_rows, shown_id
+from app.audit.verify import FETCH, Report
 
 IDS_PER_QUERY = 2000
 

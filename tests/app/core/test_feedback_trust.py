@@ -298,3 +298,25 @@ def test_stored_rows_of_any_shape_leave_performance_standing(
         body = r.json()
         assert body["rows"] == 1 and body["excluded_rows"] in (0, 1), body
         assert body["excluded_rows"] == 1 or "since" in params, "left out by since alone"
+
+
+@pytest.mark.parametrize(
+    "edit",
+    [
+        "update iabma_audit_versions set id = id + 1000",
+        "update iabma_audit_log set answer = {short}",
+        "update iabma_audit_log set n_instances = 7",
+    ],
+)
+def test_a_record_bent_in_the_database_takes_no_outcome_and_no_500(
+    credit: AsgiHarness, bundles: Bundles, trail: Trail, edit: str
+) -> None:
+    predict(credit, bundles, "bent", slice(0, 1))
+    trail.execute(edit.format(short=trail.blob(b"\x01\x02")))
+    credit.service.store.versions._by_id.clear()  # as a restarted server would read them
+    r = credit.post("/feedback", json={"outcomes": [{"request_id": "bent", "outcome": 1000}]},
+                    headers=bearer(FEEDER))  # fmt: skip
+    assert r.status_code == 422, r.text
+    err = r.json()["error"]
+    assert (err["code"], err["field"]) == ("not_scorable", "outcomes[0].request_id")
+    assert "audit-verify" in err["message"]
