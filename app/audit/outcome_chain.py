@@ -82,10 +82,7 @@ class OutcomeChains:
         except IntegrityError:
             self._give_back(head)
             raise
-        except BaseException:
-            raise
-        else:
-            self._give_back(head)
+        self._give_back(head)
 
     def _give_back(self, head: ChainHead) -> None:
         with self._lock:
