@@ -13,8 +13,8 @@ from app.audit.chain import chain_key
 from app.audit.records import now_us
 from app.audit.store import AuditStore
 from app.audit.verify import Report, verify
-from tests.support.bundles import TEST_HASH_KEY, Bundles, make_settings
-from tests.support.harness import AsgiHarness
+from tests.support.bundles import TEST_HASH_KEY, Bundles
+from tests.support.outcomes import serve_with_outcomes as served_with_outcomes
 from tests.support.services import make_record
 from tests.support.trail import Trail
 
@@ -52,25 +52,14 @@ def serve_with_outcomes(
     prefix: str = "p",
     **kw: Any,
 ) -> list[str]:
-    """``n`` predictions of two rows through the app (``p0``, ``p1``, ...), an outcome
-    posted for each row; the request ids."""
-    settings = make_settings(
-        bundles.store, tmp_path, name, audit_url=trail.url, audit_hash_key=TEST_HASH_KEY, **kw
-    )
+    """``n`` predictions of two rows through the app (``p0``, ``p1``, ...), the label or
+    mean served posted as each row's outcome; the request ids."""
     trained = getattr(bundles, name)
-    rids = [f"{prefix}{k}" for k in range(n)]
-    with AsgiHarness(settings) as app:
-        for k, rid in enumerate(rids):
-            rows = trained.instances(slice(2 * k, 2 * k + 2))
-            r = app.post("/predict", json={"instances": rows}, headers={"X-Request-ID": rid})
-            assert r.status_code == 200, r.text
-            items = [
-                {"request_id": rid, "row": i, "outcome": _served(item)}
-                for i, item in enumerate(r.json()["predictions"])
-            ]
-            r = app.post("/feedback", json={"outcomes": items})
-            assert r.status_code == 200, r.text
-    return rids
+    sent = served_with_outcomes(
+        bundles.store, tmp_path, trained.instances(slice(0, 2 * n)), _served, prefix=prefix,
+        per_request=2, name=name, audit_url=trail.url, audit_hash_key=TEST_HASH_KEY, **kw,
+    )  # fmt: skip
+    return list(sent)
 
 
 def _served(item: dict[str, Any]) -> Any:
