@@ -8,6 +8,7 @@ when the server starts.
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import logging
 from collections.abc import AsyncIterator
@@ -18,6 +19,8 @@ from typing import TYPE_CHECKING
 from fastapi import FastAPI
 from starlette.types import Receive, Scope, Send
 
+from app.audit import checkpointer
+from app.audit.records import now_us
 from app.core.access import KeyRing, Role
 from app.core.drain import install_drain_hook
 from app.core.logs import setup_logging
@@ -89,12 +92,19 @@ def create_app(settings: Settings | None = None) -> ServingApp:
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+        started = now_us()  # the audit chains this process starts are the checkpointer's
         await service.start()
         try:
+            signer = checkpointer.from_settings(settings, started)
             grpc_server = await start_grpc(service)
         except BaseException:
             await service.stop()
             raise
+        signing = (
+            asyncio.create_task(signer.run(settings.audit_checkpoint_seconds), name="iabma-sign")
+            if signer is not None
+            else None
+        )
         build_openapi()  # typed by the bundle just loaded, before the first client asks
         uninstall = install_drain_hook(service.runtime, settings.drain_seconds)
         tune_gc()
@@ -105,6 +115,10 @@ def create_app(settings: Settings | None = None) -> ServingApp:
             if grpc_server is not None:
                 await grpc_server.stop()
             await service.stop()
+            if signer is not None and signing is not None:
+                signing.cancel()
+                await asyncio.gather(signing, return_exceptions=True)
+                await signer.close()  # the chains' final heads, once the writer is done
             service.tracing.shutdown()
 
     app = ServingApp(

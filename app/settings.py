@@ -146,6 +146,19 @@ class Settings(BaseSettings):
         None, description="HMAC key of the hash audit mode; SQLite trails make one if unset"
     )
     audit_hash_key_file: Path | None = None
+    # -- signed checkpoints of the audit chains, kept outside the database --
+    audit_signing_key: SecretStr | None = Field(
+        None,
+        description="Ed25519 private key (PEM) that signs the audit chains' checkpoints; "
+        "unset: no checkpoints",
+    )
+    audit_signing_key_file: Path | None = None
+    audit_checkpoint_file: Path | None = Field(
+        None, description="a file each checkpoint is appended to; they also go to the log"
+    )
+    audit_checkpoint_seconds: float = Field(
+        60.0, gt=0, le=86_400, description="how often the chains' heads are signed"
+    )
     metrics_port: int | None = Field(
         None, ge=1, le=65535, description="serve /metrics on this port instead of the main one"
     )
@@ -196,6 +209,9 @@ class Settings(BaseSettings):
         "auditor_keys",
         "metrics_keys",
         "audit_hash_key",
+        "audit_signing_key",
+        "audit_signing_key_file",
+        "audit_checkpoint_file",
         "api_keys_file",
         "feedback_keys_file",
         "auditor_keys_file",
@@ -275,8 +291,11 @@ def normalise_audit_url(text: str) -> URL:
 
 
 SECRET_FIELDS = frozenset(
-    {"admin_token", "api_keys", "feedback_keys", "auditor_keys", "metrics_keys", "audit_hash_key"}
-)
+    {
+        "admin_token", "api_keys", "feedback_keys", "auditor_keys", "metrics_keys",
+        "audit_hash_key", "audit_signing_key",
+    }
+)  # fmt: skip
 
 
 def _describe(err: ErrorDetails) -> str:

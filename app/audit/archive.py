@@ -6,6 +6,8 @@ Each file holds the records as stored (so their digests can be checked again) be
 readable columns: the request id as text, the time, model, version, top expert, latency.
 ``links.parquet`` holds the links that cover them; the manifest each chain's first link's
 predecessor and last link, so that ``audit-verify`` of the live trail goes on from there.
+``outcomes.parquet`` holds the outcomes of the records archived, as stored: they leave the
+trail with their records.
 """
 
 from __future__ import annotations
@@ -31,17 +33,19 @@ from sqlalchemy import Engine, and_, or_, select
 
 from app.audit.archive_delete import covered_sql
 from app.audit.archive_delete import delete_archived as delete_archived  # its command
+from app.audit.archive_outcomes import write_outcomes
 from app.audit.archive_table import STORED, with_readable
 from app.audit.arrow_read import stored_parts
 from app.audit.chain import DIGEST_BYTES, Link, expected_mac, genesis, row_digest
 from app.audit.records import LOG_COLUMNS
 from app.audit.retention import DAY_US, _ends
 from app.audit.tables import cuts, links
-from app.audit.verify import Report, compare
+from app.audit.verify import Rec, Report, compare
 from app.audit.versions import ReaderVersions
 
 MANIFEST = "manifest.json"
 LINKS_FILE = "links.parquet"
+OUTCOMES_FILE = "outcomes.parquet"
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
@@ -72,6 +76,8 @@ def _sync(path: Path) -> None:
 class Written:
     records: int = 0
     files: list[dict[str, Any]] = field(default_factory=list)
+    outcomes: int = 0
+    outcomes_through: int = 0  # the largest id of the outcomes written
 
 
 FETCH = 50_000  # records a fetch: a few MB of Arrow columns at a time
@@ -186,6 +192,9 @@ def write(
     pq.write_table(
         pa.table({n: [r[k] for r in link_rows] for k, n in enumerate(names)}), out / LINKS_FILE
     )
+    written.outcomes, written.outcomes_through = write_outcomes(
+        engine, f"created_us < {int(before_us)} AND {covered_sql(ends)}", out / OUTCOMES_FILE
+    )
     for item in written.files:
         item["sha256"] = _sha256(out / item["file"])
     manifest = {
@@ -193,6 +202,12 @@ def write(
         "records": written.records,
         "files": written.files,
         "links": {"file": LINKS_FILE, "rows": len(link_rows), "sha256": _sha256(out / LINKS_FILE)},
+        "outcomes": {
+            "file": OUTCOMES_FILE,
+            "rows": written.outcomes,
+            "sha256": _sha256(out / OUTCOMES_FILE),
+            "through_id": written.outcomes_through,
+        },
         # Per chain: the link the archive starts after (0: the chain's start) and its last.
         "chains": {
             str(ch): {
@@ -206,7 +221,7 @@ def write(
     }
     (out / MANIFEST).write_text(json.dumps(manifest, indent=1), encoding="utf-8")
     days = {(out / item["file"]).parent for item in written.files}
-    for path in (out / LINKS_FILE, out / MANIFEST, *days, out):
+    for path in (out / LINKS_FILE, out / OUTCOMES_FILE, out / MANIFEST, *days, out):
         _sync(path)
     return written, ends
 
@@ -216,15 +231,16 @@ def check(out: Path, key: bytes, progress: Callable[[int], None] | None = None) 
     every link against the key and the link before it."""
     report = Report()
     manifest = json.loads((out / MANIFEST).read_text(encoding="utf-8"))
-    for item in [*manifest["files"], manifest["links"]]:
+    extra = [manifest["outcomes"]] if "outcomes" in manifest else []
+    for item in [*manifest["files"], manifest["links"], *extra]:
         path = out / item["file"]
         if not path.is_file():
-            report.findings.append(f"missing: {item['file']}")
+            report.entries.append(f"missing: {item['file']}")
             continue
         if _sha256(path) != item["sha256"]:
-            report.findings.append(f"altered: {item['file']} (checksum)")
+            report.entries.append(f"altered: {item['file']} (checksum)")
         if pq.read_metadata(path).num_rows != item["rows"]:
-            report.findings.append(f"altered: {item['file']} (row count)")
+            report.entries.append(f"altered: {item['file']} (row count)")
     table = pq.read_table(out / LINKS_FILE).to_pylist()
     want = {(r["chain"], r["seq"]): Link(**r) for r in table}
     report.links = len(want)
@@ -234,13 +250,13 @@ def check(out: Path, key: bytes, progress: Callable[[int], None] | None = None) 
         for seq in range(span["after_seq"] + 1, span["through_seq"] + 1):
             link = want.get((chain, seq))
             if link is None:
-                report.findings.append(f"deleted: chain {chain} link {seq} from {LINKS_FILE}")
+                report.entries.append(f"deleted: chain {chain} link {seq} from {LINKS_FILE}")
                 continue
             if expected_mac(key, link) != link.mac or link.prev != prev_mac:
-                report.findings.append(f"altered: chain {chain} link {seq} (bad MAC)")
+                report.entries.append(f"altered: chain {chain} link {seq} (bad MAC)")
             prev_mac = link.mac
         if prev_mac.hex() != span["through_mac"]:
-            report.findings.append(f"altered: chain {chain}'s last link in the manifest")
+            report.entries.append(f"altered: chain {chain}'s last link in the manifest")
     _check_records(out, manifest, want, report, progress)
     return report
 
@@ -286,16 +302,14 @@ def _check_records(
                 done.add(key_)
                 continue
             recs = [
-                (int(ids[i]), d[i].tobytes(), rids[int(order[i])].as_py()) for i in range(lo, hi)
+                Rec(int(ids[i]), d[i].tobytes(), rids[int(order[i])].as_py()) for i in range(lo, hi)
             ]
             if link is None:
                 for rec in recs:
-                    report.findings.append(
-                        f"inserted: record id {rec[0]} (no link {key_} in the archive)"
-                    )
+                    report.entries.append(f"inserted: {rec} (no link {key_} in the archive)")
                 continue
-            compare(link, sorted(recs), report)
+            compare(link, sorted(recs, key=lambda r: r.id), report.entries)
             done.add(key_)
     for key_, link in want.items():
         if key_ not in done:
-            compare(link, [], report)
+            compare(link, [], report.entries)

@@ -1,5 +1,7 @@
 """``iabma audit-archive --delete``: removing what :mod:`app.audit.archive` wrote and
-checked, in batches, each request id noted for the 410 of ``GET /weights``.
+checked, in batches, each request id noted for the 410 of ``GET /weights`` and ``POST
+/feedback``, each record's outcomes with it (those the archive wrote: an outcome posted
+since stays, and ``iabma refit`` leaves it out).
 
 No record crosses into Python: each batch, oldest first, is picked, noted and deleted by
 the database (fetched, noted and deleted one by one, 500,000 records took 3 s on SQLite and
@@ -10,8 +12,9 @@ from __future__ import annotations
 
 from sqlalchemy import Engine, delete, text
 
-from app.audit.retention import DAY_US, _write_cuts, paced, range_end
-from app.audit.tables import archived, links, records
+from app.audit.records import now_us
+from app.audit.retention import DAY_US, _write_cuts, paced, prune_outcome_links, range_end
+from app.audit.tables import archived, links, outcomes, records
 
 
 def covered_sql(ends: dict[int, tuple[int, bytes]]) -> str:
@@ -32,16 +35,23 @@ _DAY_SQL = {
 
 
 def delete_archived(
-    engine: Engine, key: bytes, before_us: int, ends: dict[int, tuple[int, bytes]]
+    engine: Engine,
+    key: bytes,
+    before_us: int,
+    ends: dict[int, tuple[int, bytes]],
+    outcomes_through: int = 0,
 ) -> int:
     """Remove what :func:`write` archived: the cuts first, then, batch by batch, a note of
-    each request id (for the 410) and the records; then their links."""
+    each request id (for the 410), the records' outcomes (those up to the id
+    ``outcomes_through``, the archive's) and the records; then their links, and the
+    outcome links no outcome names any more."""
     if not ends:
         return 0
     _write_cuts(engine, key, ends, before_us)
     dialect = engine.dialect.name
     batch, day = DELETE_BATCH.get(dialect, 5_000), _DAY_SQL[dialect]
     log, notes = records.name, archived.name
+    theirs = f"DELETE FROM {outcomes.name} WHERE id <= {int(outcomes_through)} AND record_id IN"
     where = f"created_us < {int(before_us)} AND {covered_sql(ends)}"
     done = 0
     if dialect == "postgresql":
@@ -55,7 +65,8 @@ def delete_archived(
                 span += "" if end is None else f" AND created_us < {int(end)}"
                 done += conn.exec_driver_sql(
                     f"WITH gone AS (DELETE FROM {log} WHERE {where}{span} "
-                    "RETURNING request_id, created_us) "
+                    "RETURNING id, request_id, created_us), "
+                    f"theirs AS ({theirs} (SELECT id FROM gone)) "
                     f"INSERT INTO {notes} (request_id, day) SELECT request_id, {day} FROM gone"
                 ).rowcount
             if end is None:
@@ -71,6 +82,7 @@ def delete_archived(
                     f"INSERT INTO {notes} (request_id, day) SELECT request_id, {day} "
                     f"FROM {log} WHERE id IN ({pick})"
                 )
+                conn.exec_driver_sql(f"{theirs} ({pick})")
                 n = conn.exec_driver_sql(f"DELETE FROM {log} WHERE id IN ({pick})").rowcount
             done += n
             if n < batch:
@@ -78,4 +90,5 @@ def delete_archived(
     with engine.begin() as conn:
         for chain, (seq, _) in ends.items():
             conn.execute(delete(links).where(links.c.chain == chain, links.c.seq <= seq))
+    prune_outcome_links(engine, key, now_us())
     return done

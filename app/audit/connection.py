@@ -77,7 +77,7 @@ class WriterConnection:
         self._used = 0.0
         self._busy_ms = self.timeout_ms  # sqlite3.connect(timeout=...) set it so
         self._marker = marker
-        self._keys = WriterKeys(marker, model_ids)
+        self._keys = WriterKeys(marker, model_ids, chain_key)
         self._owner = f"{socket.gethostname()}:{os.getpid()}"[:128]
 
     def insert(self, rows: Sequence[tuple[Any, ...]], give_up_at: float | None = None) -> Refused:

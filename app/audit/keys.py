@@ -16,11 +16,11 @@ from app.audit.versions import WriterVersions
 class WriterKeys:
     """Found or added through the writer's raw DBAPI connection (``marker`` is its
     driver's parameter marker, ``?`` for sqlite3 or ``%s`` for psycopg); used by the
-    writer thread alone."""
+    writer thread alone. With ``chain_key`` each version row added carries its MAC."""
 
-    def __init__(self, marker: str, model_ids: bool) -> None:
+    def __init__(self, marker: str, model_ids: bool, chain_key: bytes | None = None) -> None:
         self.model_ids = model_ids
-        self._versions = WriterVersions(marker)
+        self._versions = WriterVersions(marker, chain_key)
         self._models: dict[str, int] = {}
         self._add_model = (
             f"INSERT INTO {models.name} (model) VALUES ({marker}) ON CONFLICT (model) DO NOTHING"

@@ -4,12 +4,16 @@ Every stored outcome of a model, joined to the audit record of the prediction it
 the outcome row itself, and once per record what the trail kept of its input (the
 instances in ``full`` mode, the keyed hash in ``hash`` mode, nothing in ``off``). The
 record's columns are decoded here, beside the tables, so that a change of the trail's
-storage changes this module and not its readers.
+storage changes this module and not its readers. An outcome whose record is no longer in
+the trail (archived or pruned before outcomes left with their records) is left out, and
+counted in a warning: there is no input to learn from.
 """
 
 from __future__ import annotations
 
 import json
+import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,10 +21,12 @@ import orjson
 from sqlalchemy import Engine, select
 
 from app.audit.codec import unpack_request_id
-from app.audit.outcomes import window
+from app.audit.outcome_filter import window
 from app.audit.records import _hmac, canonical_json
 from app.audit.tables import outcomes, records
 from app.audit.versions import ReaderVersions
+
+log = logging.getLogger("iabma.audit")
 
 
 @dataclass(frozen=True)
@@ -34,6 +40,7 @@ class LabelledRow:
     version: str
     experts: tuple[str, ...]
     outcome: Any
+    poster: str | None = None  # app.audit.outcome_filter: a key's fingerprint, or None
 
 
 @dataclass(frozen=True)
@@ -55,13 +62,17 @@ def labelled_rows(
     since_us: int | None = None,
     until_us: int | None = None,
     version: str | None = None,
+    exclude_posters: Sequence[str] = (),
 ) -> tuple[list[LabelledRow], dict[int, RecordInput]]:
     """The outcomes of ``model`` whose prediction was served in ``[since_us, until_us)``
-    (by ``version``), oldest first, and the input of each record they belong to, by id."""
+    (by ``version``), less those posted by ``exclude_posters`` (fingerprints as
+    ``GET /performance`` lists them, or ``"anonymous"``), oldest first; and the input of
+    each record they belong to, by id."""
     o = outcomes.c
-    conditions = window(model, since_us, until_us, version)
+    conditions = window(model, since_us, until_us, version, exclude_posters)
+    columns = (o.record_id, o.request_id, o.row_index, o.record_us, o.version, o.experts)
     query = (
-        select(o.record_id, o.request_id, o.row_index, o.record_us, o.version, o.experts, o.outcome)
+        select(*columns, o.outcome, o.poster)
         .where(*conditions)
         .order_by(o.record_us, o.record_id, o.row_index)
     )
@@ -79,9 +90,17 @@ def labelled_rows(
             ver,
             names.setdefault(ex, tuple(json.loads(ex))),
             orjson.loads(text),
+            poster,
         )
-        for rid, req, k, us, ver, ex, text in found
+        for rid, req, k, us, ver, ex, text, poster in found
+        if int(rid) in inputs
     ]
+    if len(rows) < len(found):
+        log.warning(
+            "%d outcomes of %s belong to records no longer in the trail; left out",
+            len(found) - len(rows),
+            model,
+        )
     return rows, inputs
 
 

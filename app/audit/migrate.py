@@ -5,12 +5,12 @@ Schema 1 (before compact records): the old table is renamed ``iabma_audit_log_v1
 indexes dropped, so that the new table's can take their names), the new tables are made,
 and the records are copied in id order, in groups chained like the server's commits.
 
-Schema 2 to 3 (a request id names one record of a model): in one transaction, each record
-gets its model's id, the records' unique key (request id, model id) replaces the index on
-the request id, and the schema says 3. Where a request id already named several records of
-a model, the first keeps the key and the later ones are kept without it (``model_id``
-NULL), counted in the command's report. The chain's digests do not cover the model id, so
-they still hold.
+Schema 2 to 3, first step (a request id names one record of a model; the rest is
+:mod:`app.audit.upgrade`): in one transaction, each record gets its model's id, and the
+records' unique key (request id, model id) replaces the index on the request id. Where a
+request id already named several records of a model, the first keeps the key and the
+later ones are kept without it (``model_id`` NULL), counted in the command's report. The
+chain's digests do not cover the model id, so they still hold.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 import numpy as np
-from sqlalchemy import Connection, Engine, func, inspect, select, update
+from sqlalchemy import Connection, Engine, func, inspect, select
 
 from app.audit import codec
 from app.audit.connection import WriterConnection
@@ -38,12 +38,19 @@ GROUP = 5_000
 
 
 def found_schema(engine: Engine) -> int | None:
-    """The trail's schema by its records' columns: 1, 2 or 3; None without a trail."""
+    """The trail's schema: 1 by its records' columns, 2 without their model ids, else what
+    ``iabma_audit_meta`` says (2 while an upgrade is unfinished); None without a trail."""
     look = inspect(engine)
     if not look.has_table(records.name):
         return None
     columns = {c["name"] for c in look.get_columns(records.name)}
-    return 1 if "experts" in columns else 2 if "model_id" not in columns else 3
+    if "experts" in columns:
+        return 1
+    if "model_id" not in columns or not look.has_table(meta.name):
+        return 2
+    with engine.connect() as conn:
+        found = conn.execute(select(meta.c.value).where(meta.c.key == "schema")).scalar()
+    return 2 if found is None else int(found)
 
 
 def converted(old: Any) -> tuple[Any, ...]:
@@ -110,17 +117,18 @@ def migrate(engine: Engine, chain_key: bytes, progress: Callable[[int], None] | 
     return done
 
 
-def upgrade(engine: Engine) -> int:
-    """Schema 2 to 3 in one transaction (servers stopped); the records kept without a
-    key because an earlier record of their model holds their request id."""
+def key_by_model(engine: Engine) -> None:
+    """Schema 2's records keyed by (request id, model) in one transaction (servers
+    stopped); nothing where they are keyed already. :func:`app.audit.upgrade.upgrade`
+    calls it first, and says the trail is schema 3 only once every step has run."""
+    if "model_id" in {c["name"] for c in inspect(engine).get_columns(records.name)}:
+        return
     with engine.begin() as conn:
-        models.create(conn)
+        models.create(conn, checkfirst=True)
         conn.exec_driver_sql(f"ALTER TABLE {records.name} ADD COLUMN model_id INTEGER")
         conn.exec_driver_sql("DROP INDEX IF EXISTS ix_iabma_audit_log_request_id")
         _key_records(conn)
         next(i for i in records.indexes if i.name == REQUEST_KEY).create(conn)
-        conn.execute(update(meta).where(meta.c.key == "schema").values(value="3"))
-    return unkeyed(engine)
 
 
 def _key_records(conn: Connection) -> None:

@@ -1,26 +1,32 @@
 """Outcomes in the trail: the served rows they belong to, storing them all or none, and
 reading their scores back; every function blocks.
 
-``iabma_outcomes`` holds one outcome per served row (a unique key). A batch is written in
-one transaction that first reads what is stored for its rows: a repeat of a stored
-outcome is a duplicate, a different one a conflict, and a conflict stores nothing. Two
-writers racing on one row meet at the unique key; the loser reads again and retries.
+``iabma_outcomes`` holds one outcome per served row (a unique key), with who posted it.
+A batch is written in one transaction that first reads what is stored for its rows: a
+repeat of a stored outcome is a duplicate, a different one a conflict, and a conflict
+stores nothing. The rows go in the order of that unique key, so two batches that share
+rows wait for each other instead of deadlocking; the loser of a race (the unique key, or
+a deadlock or serialization failure the database chose to end) reads again and retries.
+With the chain on, the transaction also adds its link (:mod:`app.audit.outcome_chain`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import Connection, Engine, select
+from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import IntegrityError
 
 from app.audit.bulk import BulkInsert
+from app.audit.chain import ChainHead
 from app.audit.codec import pack_request_id
+from app.audit.outcome_chain import OutcomeChains, insert_link, link_for
 from app.audit.records import served_blobs
 from app.audit.scores import Served
-from app.audit.tables import outcomes, records
+from app.audit.tables import archived, outcomes, records
 from app.audit.versions import ReaderVersions
 
 # Request ids per SELECT: well under SQLite's 32766 and PostgreSQL's 65535 parameters.
@@ -29,8 +35,11 @@ RETRIES = 5
 SERVED = ("id", "request_id", "created_us", "version_id", "n_instances", "answer")
 OUTCOME_COLUMNS = (
     "model", "request_id", "row_index", "record_id", "record_us", "version", "received_us",
-    "outcome", "experts", "weights", "scores",
+    "outcome", "experts", "weights", "scores", "poster", "chain", "seq",
 )  # fmt: skip
+# What a database says when it ended one of two transactions waiting for each other
+# (PostgreSQL's deadlock_detected, serialization_failure): the other went through.
+RETRY_STATES = frozenset({"40P01", "40001"})
 
 
 def _by_ids(
@@ -70,31 +79,68 @@ def _insert(conn: Connection, rows: Sequence[tuple[Any, ...]]) -> None:
         conn.exec_driver_sql(sql, tuple(params))
 
 
+@dataclass
+class Found:
+    """The records that request ids name: one each, or several (``ambiguous``: a trail
+    written before request ids were unique per model), or none (``archived``, with the
+    day of their Parquet files, or neither)."""
+
+    records: dict[str, Served] = field(default_factory=dict)
+    ambiguous: dict[str, int] = field(default_factory=dict)
+    archived: dict[str, str] = field(default_factory=dict)
+    unreadable: set[str] = field(default_factory=set)
+
+
 def served(
     engine: Engine, versions: ReaderVersions, model: str, request_ids: Sequence[str]
-) -> dict[str, Served]:
-    """The latest record of each request id (a client may reuse an id) of ``model``.
+) -> Found:
+    """The record of ``model`` that each request id names.
+
+    An outcome belongs to exactly one record. Request ids are unique per model in the
+    trail; an older trail may hold an id twice, and then neither record can be told to
+    be the one meant: the id is ``ambiguous``, and its outcomes are refused.
 
     The query names the ids alone: with ``model = ?`` beside them, SQLite (without
     statistics) walks the model's whole time index instead of the request id's, 460 ms
     instead of 10 for 1,000 ids in a trail of a million records."""
     head = f"SELECT {', '.join(SERVED)} FROM {records.name}"
-    found: dict[str, Served] = {}
+    out = Found()
     wanted = {pack_request_id(rid): rid for rid in request_ids}
     with engine.connect() as conn:
         rows = _by_ids(conn, head, list(wanted))
-    for row in sorted(rows, key=lambda r: (r[2], r[0])):
-        v = versions.get(int(row[3]))
-        if v.model != model:
-            continue
-        rec = _Stored(n_instances=int(row[4]), answer=bytes(row[5]))
-        weights, prediction, experts = served_blobs(rec, v)
+    mine: dict[str, list[Any]] = {}
+    for row in rows:
         rid = wanted[bytes(row[1])]
-        found[rid] = Served(
+        try:
+            v = versions.get(int(row[3]))
+        except (KeyError, ValueError, TypeError):  # its version row gone or bent
+            out.unreadable.add(rid)
+            continue
+        if v.model == model:
+            mine.setdefault(rid, []).append((row, v))
+    for rid, found in mine.items():
+        out.unreadable.discard(rid)
+        if len(found) > 1:
+            out.ambiguous[rid] = len(found)
+            continue
+        row, v = found[0]
+        try:
+            rec = _Stored(n_instances=int(row[4]), answer=bytes(row[5]))
+            weights, prediction, experts = served_blobs(rec, v)
+        except (ValueError, IndexError, TypeError, KeyError):  # not as the server packs it
+            out.unreadable.add(rid)
+            continue
+        out.records[rid] = Served(
             int(row[0]), rid, int(row[2]), v.version, v.task, rec.n_instances, v.experts,
             v.classes, weights, prediction, experts,
         )  # fmt: skip
-    return found
+    missing = [pack_request_id(r) for r in request_ids if r not in mine and r not in out.unreadable]
+    if missing:
+        with engine.connect() as conn:
+            head = f"SELECT request_id, day FROM {archived.name}"
+            for raw, day in _by_ids(conn, head, list(dict.fromkeys(missing))):
+                out.archived[wanted[bytes(raw)]] = str(day)
+    return out
 
 
 @dataclass(frozen=True)
@@ -114,12 +160,13 @@ class NewOutcome:
     weights: bytes
     scores: bytes
 
-    def values(self, model: str, received_us: int) -> tuple[Any, ...]:
-        """The row, in :data:`OUTCOME_COLUMNS` order."""
+    def values(self, model: str, received_us: int, poster: str | None) -> tuple[Any, ...]:
+        """The row's digested values (:data:`app.audit.outcome_chain.DIGESTED`), the
+        first of :data:`OUTCOME_COLUMNS`."""
         rec = self.record
         return (
             model, self.request_id, self.row, rec.record_id, rec.created_us, rec.version,
-            received_us, self.outcome, rec.experts, self.weights, self.scores,
+            received_us, self.outcome, rec.experts, self.weights, self.scores, poster,
         )  # fmt: skip
 
 
@@ -167,27 +214,74 @@ def store(
     batch: Sequence[NewOutcome],
     received_us: int,
     growth: Growth | None = None,
+    chains: OutcomeChains | None = None,
+    poster: str | None = None,
 ) -> Stored:
-    """Insert ``batch`` in one transaction unless a row holds a different outcome."""
+    """Insert ``batch`` (posted by ``poster``) in one transaction unless a row holds a
+    different outcome; with ``chains``, its link too."""
     for attempt in range(RETRIES):
         try:
-            with engine.connect() as conn:
-                _begin_write(conn)
-                result = _classify(conn, model, batch)
-                if not result.conflicts and result.accepted:
-                    _insert(conn, [batch[k].values(model, received_us) for k in result.accepted])
-                if result.conflicts:
-                    conn.rollback()
-                else:
-                    conn.commit()
-                    if growth is not None and result.accepted:
-                        growth.inserted(conn, len(result.accepted))
-                return result
-        except IntegrityError:
-            # Another writer stored one of these rows after they were read: read again.
-            if attempt == RETRIES - 1:
+            return _store_once(engine, model, batch, received_us, growth, chains, poster)
+        except Exception as exc:
+            # Another writer stored one of these rows after they were read, or the
+            # database ended this transaction to let another through: read again.
+            if attempt == RETRIES - 1 or not _retryable(exc):
                 raise
     raise AssertionError("unreachable")
+
+
+def _retryable(exc: BaseException) -> bool:
+    if isinstance(exc, IntegrityError):
+        return True
+    for err in (exc, getattr(exc, "orig", None), exc.__cause__):
+        if getattr(err, "sqlstate", None) in RETRY_STATES:
+            return True
+    return False
+
+
+def _store_once(
+    engine: Engine,
+    model: str,
+    batch: Sequence[NewOutcome],
+    received_us: int,
+    growth: Growth | None,
+    chains: OutcomeChains | None,
+    poster: str | None,
+) -> Stored:
+    with _head(chains, engine) as head, engine.connect() as conn:
+        _begin_write(conn)
+        result = _classify(conn, model, batch)
+        link = None
+        if not result.conflicts and result.accepted:
+            # In the unique key's order: two batches sharing rows take them in one order.
+            picks = sorted(result.accepted, key=lambda k: (batch[k].request_id, batch[k].row))
+            rows = [batch[k].values(model, received_us, poster) for k in picks]
+            if head is not None:
+                link = link_for(head, rows, received_us)
+                rows = [(*row, link.chain, link.seq) for row in rows]
+            else:
+                rows = [(*row, None, None) for row in rows]
+            _insert(conn, rows)
+            if link is not None:
+                insert_link(conn, link)
+        if result.conflicts:
+            conn.rollback()
+        else:
+            conn.commit()
+            if link is not None and head is not None:
+                head.advanced(link)
+            if growth is not None and result.accepted:
+                growth.inserted(conn, len(result.accepted))
+        return result
+
+
+@contextmanager
+def _head(chains: OutcomeChains | None, engine: Engine) -> Iterator[ChainHead | None]:
+    if chains is None:
+        yield None
+        return
+    with chains.head(engine) as head:
+        yield head
 
 
 def _begin_write(conn: Connection) -> None:
@@ -212,36 +306,3 @@ def _classify(conn: Connection, model: str, batch: Sequence[NewOutcome]) -> Stor
         else:
             result.conflicts.append((k, before))
     return result
-
-
-def window(
-    model: str, since_us: int | None, until_us: int | None, version: str | None
-) -> list[Any]:
-    """The conditions on ``outcomes`` for ``model``'s predictions served in
-    ``[since_us, until_us)``, by ``version`` if given."""
-    c = outcomes.c
-    conditions = [c.model == model]
-    if since_us is not None:
-        conditions.append(c.record_us >= since_us)
-    if until_us is not None:
-        conditions.append(c.record_us < until_us)
-    if version is not None:
-        conditions.append(c.version == version)
-    return conditions
-
-
-def scored(
-    engine: Engine,
-    model: str,
-    since_us: int | None = None,
-    until_us: int | None = None,
-    version: str | None = None,
-) -> list[tuple[int, str, bytes, bytes]]:
-    """``(record_us, experts, weights, scores)`` of every outcome of ``model`` whose
-    prediction was served in ``[since_us, until_us)`` (by ``version``), oldest first."""
-    c = outcomes.c
-    conditions = window(model, since_us, until_us, version)
-    query = select(c.record_us, c.experts, c.weights, c.scores).where(*conditions)
-    with engine.connect() as conn:
-        rows = conn.execute(query.order_by(c.record_us)).cursor.fetchall()
-    return list(rows)

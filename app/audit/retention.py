@@ -3,10 +3,11 @@ the background and in small batches, leaving the chain verifiable.
 
 The unit is the link (:mod:`app.audit.chain`): a chain's links whose newest record is
 older than the cut-off go, with their records. First a keyed cut is written per chain
-(what ``audit-verify`` starts from), then the records go in batches of :data:`BATCH`, each
-its own short transaction (on SQLite a commit waits at most one batch, a few ms; on
-PostgreSQL deletes take no lock an insert waits on, and batches are larger), then the
-links.
+(what ``audit-verify`` starts from; a cut only ever moves forward), then the records go
+in batches of :data:`BATCH`, each its own short transaction with their outcomes (on
+SQLite a commit waits at most one batch, a few ms; on PostgreSQL deletes take no lock an
+insert waits on, and batches are larger), then the links. An outcome chain's oldest links
+go once no outcome of theirs is left, behind a cut of their own.
 """
 
 from __future__ import annotations
@@ -18,11 +19,11 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Engine, Table, and_, delete, false, insert, or_, select
+from sqlalchemy import Engine, Table, and_, delete, exists, false, func, insert, or_, select
 
-from app.audit.chain import cut_mac
+from app.audit.chain import cut_mac, outcome_key
 from app.audit.engine import make_engine
-from app.audit.tables import cuts, links, outcomes, records
+from app.audit.tables import cuts, links, outcome_cuts, outcome_links, outcomes, records
 
 log = logging.getLogger("iabma.audit")
 BATCH = 2_000
@@ -38,10 +39,10 @@ class Pruned:
     links: int = 0
 
 
-def _ends(engine: Engine, before_us: int) -> dict[int, tuple[int, bytes]]:
+def _ends(engine: Engine, before_us: int, table: Table = links) -> dict[int, tuple[int, bytes]]:
     """Per chain, its last link older than ``before_us``: (seq, mac). A chain's links are
     in time order, so those older form a prefix of it."""
-    c = links.c
+    c = table.c
     with engine.connect() as conn:
         rows = conn.execute(
             select(c.chain, c.seq, c.mac).where(c.created_us < before_us).order_by(c.chain, c.seq)
@@ -53,13 +54,29 @@ def _ends(engine: Engine, before_us: int) -> dict[int, tuple[int, bytes]]:
 
 
 def _write_cuts(
-    engine: Engine, key: bytes, ends: dict[int, tuple[int, bytes]], before: int
+    engine: Engine,
+    key: bytes,
+    ends: dict[int, tuple[int, bytes]],
+    before: int,
+    table: Table = cuts,
 ) -> None:
+    """Move each chain's cut forward to its end in ``ends``; never back (a run with an
+    earlier cut-off, or another replica's, would re-open links already pruned). Either
+    way the cut then stands at or past each end."""
+    c = table.c
     with engine.begin() as conn:
+        found = {
+            int(row[0]): int(row[1])
+            for row in conn.execute(
+                select(c.chain, c.through_seq).where(c.chain.in_(list(ends)))
+            ).all()
+        }
         for chain, (seq, mac) in ends.items():
-            conn.execute(delete(cuts).where(cuts.c.chain == chain))
+            if found.get(chain, 0) >= seq:
+                continue
+            conn.execute(delete(table).where(c.chain == chain))
             conn.execute(
-                insert(cuts).values(
+                insert(table).values(
                     chain=chain,
                     through_seq=seq,
                     before_us=before,
@@ -107,18 +124,30 @@ def range_end(conn: Any, t: Table, where: list[Any], order: Any, low: Any, size:
     return end if low is None or end > low else low + 1
 
 
-def _in_batches(engine: Engine, t: Table, where: list[Any], order: Any) -> int:
+def _with_outcomes(conn: Any, ids: Any) -> int:
+    """Delete the outcomes of the records ``ids`` selects: an outcome leaves with its
+    record, in the same transaction."""
+    o = outcomes.c
+    return int(conn.execute(delete(outcomes).where(o.record_id.in_(ids))).rowcount)
+
+
+def _in_batches(
+    engine: Engine, t: Table, where: list[Any], order: Any, done: Pruned | None = None
+) -> int:
     """Delete the rows matching ``where``, a batch at a time (:data:`BATCH`, or
-    :data:`PG_BATCH` on PostgreSQL), oldest first."""
-    done = 0
+    :data:`PG_BATCH` on PostgreSQL), oldest first; with ``done``, ``t`` is the records and
+    their outcomes go with each batch (counted there)."""
+    n_done = 0
     if engine.dialect.name != "postgresql":
         while True:
-            ids = select(t.c.id).where(*where).order_by(order).limit(BATCH)
+            ids = select(t.c.id).where(*where).order_by(order).limit(BATCH).scalar_subquery()
             with paced(engine) as conn:
-                n = conn.execute(delete(t).where(t.c.id.in_(ids.scalar_subquery()))).rowcount
-            done += n
+                if done is not None:
+                    done.outcomes += _with_outcomes(conn, ids)
+                n = conn.execute(delete(t).where(t.c.id.in_(ids))).rowcount
+            n_done += n
             if n < BATCH:
-                return done
+                return n_done
     # PostgreSQL: a range of the time index at a time. By ids picked in a subquery, the
     # planner joins them to the whole table; and a scan from the oldest would walk again
     # every row deleted before it, which stays in the index until vacuum.
@@ -128,9 +157,11 @@ def _in_batches(engine: Engine, t: Table, where: list[Any], order: Any) -> int:
             end = range_end(conn, t, where, order, low, PG_BATCH)
             span = [] if low is None else [order >= low]
             span += [] if end is None else [order < end]
-            done += conn.execute(delete(t).where(*where, *span)).rowcount
+            if done is not None:
+                done.outcomes += _with_outcomes(conn, select(t.c.id).where(*where, *span))
+            n_done += conn.execute(delete(t).where(*where, *span)).rowcount
         if end is None:
-            return done
+            return n_done
         low = end
 
 
@@ -138,7 +169,8 @@ def prune(
     engine: Engine, key: bytes, before_us: int, progress: Callable[[int], None] | None = None
 ) -> Pruned:
     """Remove what is older than ``before_us``: records of links wholly before it (and
-    records in no link), their outcomes, and those links."""
+    records in no link) with their outcomes, those links, outcomes left by records removed
+    otherwise, and the outcome links with no outcome left."""
     out = Pruned()
     ends = _ends(engine, before_us)
     if ends:
@@ -146,17 +178,55 @@ def prune(
     c = records.c
     covered = [and_(c.chain == chain, c.seq <= seq) for chain, (seq, _) in ends.items()]
     mine = or_(c.chain.is_(None), *covered) if covered else or_(c.chain.is_(None), false())
-    out.records = _in_batches(engine, records, [c.created_us < before_us, mine], c.created_us)
+    where = [c.created_us < before_us, mine]
+    out.records = _in_batches(engine, records, where, c.created_us, out)
     if progress is not None:
         progress(out.records)
     o = outcomes.c
-    out.outcomes = _in_batches(engine, outcomes, [o.record_us < before_us], o.record_us)
+    orphan = ~exists().where(records.c.id == o.record_id)
+    out.outcomes += _in_batches(engine, outcomes, [o.record_us < before_us, orphan], o.record_us)
     with engine.begin() as conn:
         for chain, (seq, _) in ends.items():
             out.links += conn.execute(
                 delete(links).where(links.c.chain == chain, links.c.seq <= seq)
             ).rowcount
+    out.links += prune_outcome_links(engine, key, before_us)
     return out
+
+
+def prune_outcome_links(engine: Engine, key: bytes, before_us: int) -> int:
+    """Remove each outcome chain's oldest links committed before ``before_us`` that no
+    outcome names any more (outcomes leave with their records), behind a keyed cut."""
+    ends = _ends(engine, before_us, outcome_links)
+    if not ends:
+        return 0
+    o = outcomes.c
+    # The links were read first: a link committed since, with its outcomes, is not in them.
+    with engine.connect() as conn:
+        first = {
+            chain: conn.execute(select(func.min(o.seq)).where(o.chain == chain)).scalar()
+            for chain in ends
+        }
+        empty: dict[int, tuple[int, bytes]] = {}
+        lc = outcome_links.c
+        for chain, (seq, _mac) in ends.items():
+            left = first[chain]
+            through = seq if left is None else min(seq, int(left) - 1)
+            if through < 1:
+                continue
+            mac = conn.execute(select(lc.mac).where(lc.chain == chain, lc.seq == through)).scalar()
+            if mac is not None:
+                empty[chain] = (through, bytes(mac))
+    if not empty:
+        return 0
+    _write_cuts(engine, outcome_key(key), empty, before_us, outcome_cuts)
+    gone = 0
+    with engine.begin() as conn:
+        for chain, (seq, _) in empty.items():
+            gone += conn.execute(
+                delete(outcome_links).where(lc.chain == chain, lc.seq <= seq)
+            ).rowcount
+    return gone
 
 
 DAY_US = 86_400_000_000

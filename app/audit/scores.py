@@ -5,6 +5,10 @@ more: classification ``correct`` (the label served was the outcome) and ``brier`
 regression ``squared_error`` and ``covered`` (the outcome inside the central 90%
 interval). Nothing is predicted again: the mixture's answer, the weights and the experts'
 own outputs are the record's.
+
+Every score is finite: a probability, or a density, below :data:`TINY` counts as
+``TINY``, so an NLL is at most :data:`NLL_CAP` (690.8 nats); a regression outcome is
+within its model's range (:mod:`app.core.outcomes`), so its squared error is finite too.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from app.bundle.normal import gaussian_logpdf
 KINDS = 3  # scores per row and predictor: nll, then correct and brier, or error and covered
 Z90 = 1.6448536269514722  # the standard normal's 95% quantile: an expert's 90% interval
 TINY = 1e-300  # a probability of 0 would be an infinite NLL; the served ones never are
+NLL_CAP = float(-np.log(TINY))  # 690.78: the NLL of a probability or density of TINY
 
 
 @dataclass(frozen=True)
@@ -131,10 +136,10 @@ def regression(
     the experts tempered by ``temperature``, as the served graph mixes them."""
     k, m = means.shape
     out = np.empty((k, 1 + m, KINDS))
-    out[:, 0, 0] = -mix_regression(weights, means, std, temperature).logpdf(y)
+    out[:, 0, 0] = np.minimum(-mix_regression(weights, means, std, temperature).logpdf(y), NLL_CAP)
     out[:, 0, 1] = (y - answer[:, 0]) ** 2
     out[:, 0, 2] = (answer[:, 2] <= y) & (y <= answer[:, 3])
-    out[:, 1:, 0] = -gaussian_logpdf(y[:, None], means, std)
+    out[:, 1:, 0] = np.minimum(-gaussian_logpdf(y[:, None], means, std), NLL_CAP)
     out[:, 1:, 1] = (y[:, None] - means) ** 2
     out[:, 1:, 2] = np.abs(y[:, None] - means) <= Z90 * std
     return out

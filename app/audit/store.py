@@ -22,6 +22,7 @@ from app.audit.apart import Refused
 from app.audit.codec import pack_request_id
 from app.audit.connection import WriterConnection
 from app.audit.engine import lock_sqlite, make_engine
+from app.audit.outcome_chain import OutcomeChains
 from app.audit.outcomes import Growth
 from app.audit.records import LOG_COLUMNS, AuditRecord, now_us, record_json
 from app.audit.tables import SchemaMismatch, archived, create_tables, records
@@ -80,6 +81,9 @@ class AuditStore:
         self._lock: IO[str] | None = None
         self._writer = WriterConnection(self.engine, LOG_COLUMNS, timeout_seconds, chain_key)
         self.outcome_growth = Growth()  # app.audit.outcomes
+        # Outcomes are chained like records, under a key derived from the same one.
+        self.chain_key = chain_key
+        self.outcome_chains = OutcomeChains(chain_key) if chain_key is not None else None
         self.versions = ReaderVersions(self.engine)
 
     def prepare(self) -> None:

@@ -33,7 +33,8 @@ REQUEST_KEY = "ux_iabma_audit_log_request"  # the records' unique (request_id, m
 
 # Schema 2 (compact records, docs/design.md): a record is its ids, times and one packed
 # blob of arrays (app.audit.codec); what records share is in iabma_audit_versions.
-# Schema 3: a request id names one record of a model (app.audit.migrate upgrades).
+# Schema 3: a request id names one record of a model; the versions sealed, outcomes
+# chained and kept with their poster (app.audit.upgrade brings a schema-2 trail there).
 SCHEMA_VERSION = 3
 
 records = Table(
@@ -83,6 +84,9 @@ versions = Table(
     Column("input_mode", String(8), nullable=False),
     Column("experts", Text, nullable=False),  # JSON list of names
     Column("classes", Text),  # JSON list of labels (classification)
+    # app.audit.chain.version_mac of the row's id and values: an edit of the names every
+    # record of the version shares is named by audit-verify.
+    Column("mac", LargeBinary),
     UniqueConstraint("model", "version", "route", "task", "input_mode", "experts", "classes"),
 )
 
@@ -132,40 +136,71 @@ outcomes = Table(
     Column("experts", Text, nullable=False),  # JSON list of names
     Column("weights", LargeBinary, nullable=False),  # (m,) float64: the row's weights
     Column("scores", LargeBinary, nullable=False),  # (1 + m, 3) float64: app.audit.scores
+    # Who posted it: app.core.feedback.poster_of, a fingerprint of the key (never the key);
+    # NULL when the route takes no key.
+    Column("poster", String(64)),
+    # The link of an outcome chain (iabma_outcome_links) that covers it.
+    Column("chain", Integer),
+    Column("seq", Integer),
     # One outcome per served row: a second insert of one fails whole (POST /feedback's 409).
     UniqueConstraint("model", "request_id", "row_index"),
     Index("ix_iabma_outcomes_time", "model", "record_us"),
+    # Outcomes leave with their record (retention, archive), and chains are pruned from
+    # their oldest link with no outcome left.
+    Index("ix_iabma_outcomes_record", "record_id"),
+    Index("ix_iabma_outcomes_link", "chain", "seq"),
 )
 
 # app.audit.chain: one chain per writer connection, one link per group commit, and per
-# chain the keyed cut below which links and records were pruned or archived.
+# chain the keyed cut below which links and records were pruned or archived. Outcomes
+# are chained alike, in chains of their own kind (app.audit.outcome_chain).
+RECORDS, OUTCOMES = "records", "outcomes"  # the kinds of chain
 chains = Table(
     "iabma_audit_chains",
     metadata,
     Column("id", _ID, primary_key=True, autoincrement=True),
     Column("started_us", BigInteger, nullable=False),
     Column("owner", String(128), nullable=False),
+    Column("kind", String(16), nullable=False, server_default=RECORDS),
 )
-links = Table(
-    "iabma_audit_links",
-    metadata,
-    Column("chain", Integer, primary_key=True, autoincrement=False),
-    Column("seq", Integer, primary_key=True, autoincrement=False),
-    Column("created_us", BigInteger, nullable=False),
-    Column("digests", LargeBinary, nullable=False),
-    Column("prev", LargeBinary, nullable=False),
-    Column("mac", LargeBinary, nullable=False),
-    Index("ix_iabma_audit_links_time", "created_us"),
-)
-cuts = Table(
-    "iabma_audit_cuts",
-    metadata,
-    Column("chain", Integer, primary_key=True, autoincrement=False),
-    Column("through_seq", Integer, nullable=False),
-    Column("before_us", BigInteger, nullable=False),
-    Column("mac_at", LargeBinary, nullable=False),
-    Column("mac", LargeBinary, nullable=False),
-)
+
+
+def _links_table(name: str) -> Table:
+    return Table(
+        name,
+        metadata,
+        Column("chain", Integer, primary_key=True, autoincrement=False),
+        Column("seq", Integer, primary_key=True, autoincrement=False),
+        Column("created_us", BigInteger, nullable=False),
+        Column("digests", LargeBinary, nullable=False),
+        Column("prev", LargeBinary, nullable=False),
+        Column("mac", LargeBinary, nullable=False),
+        Index(f"ix_{name}_time", "created_us"),
+    )
+
+
+links = _links_table("iabma_audit_links")
+# An outcome link's digests are, per outcome, its record's id and its digest
+# (app.audit.chain.ENTRY_BYTES); its time is its transaction's.
+outcome_links = _links_table("iabma_outcome_links")
+
+
+def _cuts_table(name: str) -> Table:
+    return Table(
+        name,
+        metadata,
+        Column("chain", Integer, primary_key=True, autoincrement=False),
+        Column("through_seq", Integer, nullable=False),
+        Column("before_us", BigInteger, nullable=False),
+        Column("mac_at", LargeBinary, nullable=False),
+        Column("mac", LargeBinary, nullable=False),
+    )
+
+
+cuts = _cuts_table("iabma_audit_cuts")
+outcome_cuts = _cuts_table("iabma_outcome_cuts")
+# Per kind of chain: its links and its cuts.
+CHAIN_TABLES = {RECORDS: (links, cuts), OUTCOMES: (outcome_links, outcome_cuts)}
 
 # Request ids moved to a Parquet archive (app.audit.archive), and the day of their file:
 # GET /weights answers 410 naming it.
@@ -214,21 +249,23 @@ def check_schema(engine: Engine) -> None:
             f"copies every record into schema {SCHEMA_VERSION} and keeps the old table as "
             "iabma_audit_log_v1 until you drop it"
         )
-    if "model_id" not in columns:
-        raise SchemaMismatch(
-            f"the audit trail {where} has schema 2 (a request id could name several "
-            f"records). Run `iabma audit-migrate --audit-url URL` once, with the servers "
-            f"stopped: it upgrades it to schema {SCHEMA_VERSION} in one transaction, keeping "
-            "every record"
-        )
+    found = None
     if look.has_table(meta.name):
         with engine.connect() as conn:
             found = conn.execute(select(meta.c.value).where(meta.c.key == "schema")).scalar()
-        if found is not None and int(found) > SCHEMA_VERSION:
-            raise SchemaMismatch(
-                f"the audit trail {where} has schema {found}, newer than this release's "
-                f"{SCHEMA_VERSION}: run the release that wrote it"
-            )
+    if found is not None and int(found) > SCHEMA_VERSION:
+        raise SchemaMismatch(
+            f"the audit trail {where} has schema {found}, newer than this release's "
+            f"{SCHEMA_VERSION}: run the release that wrote it"
+        )
+    # A schema-2 trail has no model_id; one whose upgrade was interrupted still says 2.
+    if "model_id" not in columns or (found is not None and int(found) < SCHEMA_VERSION):
+        raise SchemaMismatch(
+            f"the audit trail {where} has schema {found or 2}. Run `iabma audit-migrate "
+            f"--audit-url URL` once, with the servers stopped: it brings the trail to schema "
+            f"{SCHEMA_VERSION} in place, keeping every record (a request id comes to name one "
+            "record of a model, the versions are sealed and the outcomes chained)"
+        )
 
 
 def create_tables(engine: Engine) -> None:

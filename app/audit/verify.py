@@ -1,119 +1,203 @@
-"""Walking the chain of :mod:`app.audit.chain` over the live trail: every link checked
-against the key and the link before it, every record against its link's digest; each
-record edited, deleted or inserted outside the server is named (``iabma audit-verify``).
+"""Walking the chains of :mod:`app.audit.chain` over the live trail (``iabma
+audit-verify``): every link checked against the key and the link before it, every record
+against its link's digest, every version row against its MAC, every outcome against its
+link (:mod:`app.audit.verify_outcomes`); each record edited, deleted or inserted outside
+the server is named, a deleted one by its neighbours in its chain.
+
+Rows are read as stored, whatever they hold: a value of another type than the server
+writes (a request id stored as text, an answer turned into text that is not UTF-8, a
+NULL) changes the row's digest and is named, never the verifier's crash.
 """
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
-from sqlalchemy import Engine, select
+from sqlalchemy import Engine
 
-from app.audit.chain import Link, cut_mac, expected_mac, genesis, row_digest
-from app.audit.codec import unpack_request_id
+from app.audit import chain_links
+from app.audit.as_stored import check_versions, raw_rows, shown_id
+from app.audit.chain import DIGEST_BYTES, Link, row_digest
 from app.audit.records import LOG_COLUMNS, iso_from_us
 from app.audit.tables import cuts, links, records
 
 # A record's time is before its link's: by at most the commit timeout (600 s at most).
 LINK_LAG_US = 660_000_000
-_Key = tuple[int, int]
-_Rec = tuple[int, bytes, bytes]  # id, digest, request id as stored
+FETCH = 20_000
+_RID = 3 + LOG_COLUMNS.index("request_id")
+_AT = 3 + LOG_COLUMNS.index("created_us")
+_VERSION = 3 + LOG_COLUMNS.index("version_id")
 
 
 @dataclass
 class Report:
     records: int = 0
     links: int = 0
-    findings: list[str] = field(default_factory=list)
+    outcomes: int = 0
+    entries: list[Any] = field(default_factory=list)  # lines, or deletions made at the end
+
+    @property
+    def findings(self) -> list[str]:
+        return [str(e) for e in self.entries]
 
     @property
     def intact(self) -> bool:
-        return not self.findings
+        return not self.entries
 
 
-def _name(rec: _Rec) -> str:
-    return f"record id {rec[0]} (request id {unpack_request_id(rec[2])!r})"
+class Rec(NamedTuple):
+    """A record as found: its id, its digest, its request id as stored (a tuple: one is
+    made for every record read)."""
+
+    id: int
+    digest: bytes
+    rid: Any
+
+    def __str__(self) -> str:
+        return f"record id {self.id} (request id {shown_id(self.rid)})"
 
 
-def compare(link: Link, found: list[_Rec], report: Report) -> None:
-    """Align a link's digests with its records (in id order) and name what differs."""
-    if b"".join(r[1] for r in found) == link.digests:
-        return  # the common case, without a step per record
+UNKNOWN = object()  # a neighbour not looked for (an archive's check)
+
+
+@dataclass
+class Deleted:
+    """Records missing from a link, named by their place and their neighbours in their
+    chain; the one after may be known only once the chain's next record is read."""
+
+    what: str
+    where: str
+    chain: int
+    before: Rec | None
+    after: Any = UNKNOWN
+
+    def __str__(self) -> str:
+        first = f"after {self.before}" if self.before else f"the first of chain {self.chain}"
+        if self.after is UNKNOWN:
+            return f"deleted: {self.what} of {self.where} ({first})"
+        then = f"before {self.after}" if self.after else f"the newest of chain {self.chain}"
+        return f"deleted: {self.what} of {self.where} ({first}; {then})"
+
+
+def _where(link: Link, table: str = "") -> str:
+    of = f" of {table}" if table else ""
+    return f"chain {link.chain} link {link.seq}{of}, committed {iso_from_us(link.created_us)}"
+
+
+def compare(
+    link: Link, found: list[Rec], entries: list[Any], before: Rec | None = None
+) -> list[Deleted]:
+    """Align a link's digests with its records (in id order) and name what differs;
+    ``before`` is the chain's record before them. The deletions at the end, whose next
+    record is the chain's next, are returned."""
+    if b"".join(r.digest for r in found) == link.digests:
+        return []  # the common case, without a step per record
     want = link.digest_list()
-    where = f"chain {link.chain} link {link.seq}, committed {iso_from_us(link.created_us)}"
+    where = _where(link)
+    if not found:
+        what = f"all {len(want)} records" if len(want) > 1 else "record 1 of 1"
+        gone = Deleted(what, where, link.chain, before)
+        entries.append(gone)
+        return [gone]
+    tail: list[Deleted] = []
     i = j = 0
     while i < len(want) or j < len(found):
-        if i < len(want) and j < len(found) and found[j][1] == want[i]:
+        if i < len(want) and j < len(found) and found[j].digest == want[i]:
             i, j = i + 1, j + 1
             continue
         later_want = want[i + 1 :]
-        later_found = [r[1] for r in found[j + 1 :]]
-        if j >= len(found) or (i < len(want) and found[j][1] in later_want):
-            before = unpack_request_id(found[j - 1][2]) if j > 0 else None
-            after = unpack_request_id(found[j][2]) if j < len(found) else None
-            report.findings.append(
-                f"deleted: record {i + 1} of {len(want)} of {where} "
-                f"(between request ids {before!r} and {after!r})"
+        later_found = [r.digest for r in found[j + 1 :]]
+        if j >= len(found) or (i < len(want) and found[j].digest in later_want):
+            gone = Deleted(
+                f"record {i + 1} of {len(want)}",
+                where,
+                link.chain,
+                found[j - 1] if j > 0 else before,
+                found[j] if j < len(found) else UNKNOWN,
             )
+            entries.append(gone)
+            if j >= len(found):
+                tail.append(gone)
             i += 1
         elif i >= len(want) or want[i] in later_found:
-            report.findings.append(f"inserted: {_name(found[j])} into {where}")
+            entries.append(f"inserted: {found[j]} into {where}")
             j += 1
         else:
-            report.findings.append(f"edited: {_name(found[j])} of {where}")
+            entries.append(f"edited: {found[j]} of {where}")
             i, j = i + 1, j + 1
+    return tail
 
 
-def _links(
-    engine: Engine, key: bytes, since_us: int | None, report: Report, pruned: dict[int, int]
-) -> dict[_Key, Link]:
-    """The links to check, each verified against its MAC and the link before it; fills
-    ``pruned`` with each chain's cut (links through it were pruned or archived)."""
-    c = links.c
-    query = select(c.chain, c.seq, c.created_us, c.digests, c.prev, c.mac)
-    if since_us is not None:
-        query = query.where(c.created_us >= since_us)
-    with engine.connect() as conn:
-        rows = conn.execute(query.order_by(c.chain, c.seq)).all()
-        cut_rows = conn.execute(select(cuts)).all()
-    starts: dict[int, tuple[int, bytes]] = {}
-    for cut in cut_rows:
-        chain, through, before, mac_at, mac = (
-            int(cut.chain), int(cut.through_seq), int(cut.before_us), bytes(cut.mac_at),
-            bytes(cut.mac),
-        )  # fmt: skip
-        if cut_mac(key, chain, through, mac_at, before) != mac:
-            report.findings.append(f"altered: the cut of chain {chain} (not made with the key)")
-        starts[chain] = (through, mac_at)
-        pruned[chain] = through
-    found: dict[_Key, Link] = {}
-    last: dict[int, Link] = {}
-    for r in rows:
-        link = Link(int(r[0]), int(r[1]), int(r[2]), bytes(r[3]), bytes(r[4]), bytes(r[5]))
-        if link.seq <= pruned.get(link.chain, 0):
-            continue  # its cut is written first; its records and it go after
-        found[(link.chain, link.seq)] = link
-        if expected_mac(key, link) != link.mac:
-            report.findings.append(f"altered: chain {link.chain} link {link.seq} (bad MAC)")
-        previous = last.get(link.chain)
-        if previous is not None:
-            want_seq, want_mac = previous.seq, previous.mac
-        elif since_us is not None:
-            continue  # the window starts inside the chain; its first link is trusted
-        else:
-            want_seq, want_mac = starts.get(link.chain, (0, genesis(key, link.chain)))
-        if link.seq != want_seq + 1:
-            report.findings.append(
-                f"deleted: chain {link.chain} links {want_seq + 1} to {link.seq - 1} "
-                "and their records"
-            )
-        elif link.prev != want_mac:
-            report.findings.append(f"altered: chain {link.chain} link {link.seq} (bad prev)")
-        last[link.chain] = link
-    report.links = len(found)
-    return found
+@dataclass
+class _Scan:
+    """One chain as its records are read in id order (a chain's records are in the order
+    of its links: each commit of a chain follows the one before)."""
+
+    last: Rec | None = None  # the chain's newest record compared so far
+    seq: int | None = None  # the link whose records are being gathered
+    group: list[Rec] = field(default_factory=list)
+    opened_after: Rec | None = None
+    through: int = 0  # the chain's links up to this one are compared
+    waiting: list[Deleted] = field(default_factory=list)  # deletions before the next record
+
+
+class _RecordWalk:
+    """Records, read in id order, gathered by link and compared with it."""
+
+    def __init__(self, chains: chain_links.Chains, entries: list[Any]) -> None:
+        self.chains = chains
+        self.entries = entries
+        self.scans: dict[int, _Scan] = {}
+        # Per chain, the link being gathered and its records: the loop's fast path.
+        self.open: dict[int, tuple[int, list[Rec]]] = {}
+
+    def add(self, rec: Rec, chain: int, seq: int) -> None:
+        scan = self.scans.setdefault(chain, _Scan())
+        if scan.seq == seq:
+            scan.group.append(rec)
+            return
+        if seq <= scan.through:
+            self.entries.append(f"inserted: {rec} into chain {chain} link {seq}, out of order")
+            return
+        self._close(chain, scan)
+        self._empty(chain, scan, seq)
+        for gone in scan.waiting:
+            gone.after = rec
+        scan.waiting = []
+        scan.seq, scan.group, scan.opened_after = seq, [rec], scan.last
+        self.open[chain] = (seq, scan.group)
+
+    def _close(self, chain: int, scan: _Scan) -> None:
+        if scan.seq is None:
+            return
+        link = self.chains.live[(chain, scan.seq)]
+        scan.waiting += compare(link, scan.group, self.entries, scan.opened_after)
+        scan.last, scan.through = scan.group[-1], scan.seq
+        scan.seq, scan.group = None, []
+        self.open.pop(chain, None)
+
+    def _empty(self, chain: int, scan: _Scan, upto: int | None) -> None:
+        """The chain's live links after those compared and before ``upto`` (all, if None),
+        for which no record was read: their records were deleted."""
+        seqs = self.chains.seqs.get(chain, [])
+        lo = bisect.bisect_right(seqs, scan.through)
+        hi = len(seqs) if upto is None else bisect.bisect_left(seqs, upto)
+        for s in seqs[lo:hi]:
+            scan.waiting += compare(self.chains.live[(chain, s)], [], self.entries, scan.last)
+        if hi > lo:
+            scan.through = seqs[hi - 1]
+
+    def finish(self) -> None:
+        for chain in self.chains.seqs:
+            self.scans.setdefault(chain, _Scan())
+        for chain, scan in self.scans.items():
+            self._close(chain, scan)
+            self._empty(chain, scan, None)
+            for gone in scan.waiting:
+                gone.after = None
 
 
 def verify(
@@ -123,69 +207,66 @@ def verify(
     progress: Callable[[int], None] | None = None,
 ) -> Report:
     """Check the trail (the part committed at or after ``since_us``) against the chain."""
+    from app.audit import verify_outcomes
+
     report = Report()
-    pruned: dict[int, int] = {}
-    want = _links(engine, key, since_us, report, pruned)
+    version_ids = check_versions(engine, key, report.entries)
+    chains = chain_links.load(engine, links, cuts, key, since_us, report.entries, DIGEST_BYTES)
+    report.links = len(chains.live)
+    walk = _RecordWalk(chains, report.entries)
+    missing_versions: dict[Any, Rec] = {}
     names = ", ".join(("id", "chain", "seq", *LOG_COLUMNS))
     sql = f"SELECT {names} FROM {records.name}"
     if since_us is not None:
         sql += f" WHERE created_us >= {int(since_us) - LINK_LAG_US}"
-    open_groups: dict[_Key, list[_Rec]] = {}
-    done: set[_Key] = set()
-    newest: dict[int, int] = {}  # per chain, the newest link whose records are open
-    rid = LOG_COLUMNS.index("request_id") + 3
-    at = LOG_COLUMNS.index("created_us") + 3
-    with engine.connect() as conn:
-        # Plain DBAPI rows, streamed (PostgreSQL: a server-side cursor): a million
-        # SQLAlchemy rows cost more than their digests.
-        raw: Any = conn.connection.dbapi_connection
-        postgres = conn.dialect.name == "postgresql"
-        # PostgreSQL in binary: bytea as its bytes, not as hex text to parse.
-        cursor = raw.cursor(name="iabma_verify", binary=True) if postgres else raw.cursor()
-        cursor.execute(sql + " ORDER BY id")
-        while rows := cursor.fetchmany(20_000):
+    opened = walk.open
+    with engine.connect() as conn, raw_rows(conn, sql + " ORDER BY id", "iabma_verify") as cursor:
+        while rows := cursor.fetchmany(FETCH):
+            report.records += len(rows)
             for row in rows:
-                report.records += 1
-                # (id, digest, request id): the id's text is made only for a finding
-                rec: _Rec = (row[0], row_digest(row[3:]), row[rid])
-                chain, seq = row[1], row[2]
-                if chain is None or seq is None:
-                    if since_us is None or row[at] >= since_us:
-                        report.findings.append(f"inserted: {_name(rec)} (in no link)")
-                    continue
-                key_ = (chain, seq)
-                if seq <= pruned.get(chain, 0):
-                    continue  # being pruned: its cut holds
-                if key_ not in want:
-                    if since_us is None or row[at] >= since_us:
-                        report.findings.append(
-                            f"inserted: {_name(rec)} (names chain {chain} link {seq}, "
-                            "which does not exist)"
-                        )
-                    continue
-                if key_ in done:
-                    report.findings.append(f"inserted: {_name(rec)} into a closed link")
-                    continue
-                group = open_groups.get(key_)
-                if group is None:
-                    group = open_groups[key_] = []
-                    # A chain's groups commit one after another: a later link closes the
-                    # earlier ones.
-                    prior = newest.get(chain)
-                    if prior is not None and prior < seq:
-                        closing = (chain, prior)
-                        if closing in open_groups:
-                            compare(want[closing], open_groups.pop(closing), report)
-                            done.add(closing)
-                    newest[chain] = max(prior or 0, seq)
-                group.append(rec)
+                rec = Rec(row[0], row_digest(row[3:]), row[_RID])
+                if row[_VERSION] not in version_ids:
+                    missing_versions.setdefault(row[_VERSION], rec)
+                group = opened.get(row[1])
+                if group is not None and group[0] == row[2]:
+                    group[1].append(rec)  # the common case: the next record of its link
+                else:
+                    _place(walk, chains, rec, row, since_us)
             if progress is not None:
                 progress(report.records)
-        cursor.close()
-    for key_, found in open_groups.items():
-        compare(want[key_], found, report)
-        done.add(key_)
-    for key_, link in want.items():
-        if key_ not in done:
-            compare(link, [], report)
+    walk.finish()
+    for vid, rec in missing_versions.items():
+        report.entries.append(f"deleted: version row id {vid!r:.40}, which {rec} names")
+    verify_outcomes.verify(engine, key, since_us, report)
     return report
+
+
+def _place(
+    walk: _RecordWalk, chains: chain_links.Chains, rec: Rec, row: Any, since_us: int | None
+) -> None:
+    """Put one record where its link is, or name it."""
+    chain, seq, at = row[1], row[2], row[_AT]
+    in_window = since_us is None or (type(at) is int and at >= since_us)
+    if chain is None and seq is None:
+        if in_window:
+            walk.entries.append(f"inserted: {rec} (in no link)")
+        return
+    if type(chain) is not int or type(seq) is not int:
+        walk.entries.append(
+            f"inserted: {rec} (its chain and link are {chain!r:.40} and {seq!r:.40}, not numbers)"
+        )
+        return
+    if seq <= chains.cut(chain):
+        if not chains.take_pruned(chain, seq, rec.digest):
+            walk.entries.append(
+                f"inserted: {rec} (names chain {chain} link {seq}, at or below the chain's "
+                f"cut through link {chains.cut(chain)})"
+            )
+        return
+    if (chain, seq) not in chains.live:
+        if in_window:
+            walk.entries.append(
+                f"inserted: {rec} (names chain {chain} link {seq}, which does not exist)"
+            )
+        return
+    walk.add(rec, chain, seq)

@@ -16,6 +16,7 @@ from typing import Any
 
 from sqlalchemy import Engine, select
 
+from app.audit.chain import version_mac
 from app.audit.tables import versions
 
 KEY_COLUMNS = ("model", "version", "route", "task", "input_mode", "experts", "classes")
@@ -55,10 +56,13 @@ def version_key(
 
 class WriterVersions:
     """The writer's ids, found or added through a raw DBAPI cursor (``marker`` is the
-    driver's parameter marker); used by the writer thread alone."""
+    driver's parameter marker); used by the writer thread alone. With ``key`` (the chain
+    key) each row added carries its MAC (:func:`app.audit.chain.version_mac`), written in
+    the row's own INSERT, so no row is ever seen without it."""
 
-    def __init__(self, marker: str) -> None:
+    def __init__(self, marker: str, key: bytes | None = None) -> None:
         self._ids: dict[tuple[Any, ...], int] = {}
+        self._key = key
         where = " AND ".join(
             f"{c} IS NULL" if c == "classes" else f"{c} = {marker}" for c in KEY_COLUMNS
         )
@@ -66,6 +70,16 @@ class WriterVersions:
         self._find_classes = self._find.replace("classes IS NULL", f"classes = {marker}")
         names = ", ".join(KEY_COLUMNS)
         self._add = f"INSERT INTO {versions.name} ({names}) VALUES ({', '.join([marker] * 7)})"
+        # The MAC names the id, so the id is taken first: PostgreSQL's sequence, or on
+        # SQLite (one server writes a trail) the next after the largest.
+        self._next_id = (
+            f"SELECT nextval(pg_get_serial_sequence('{versions.name}', 'id'))"
+            if marker == "%s"
+            else f"SELECT COALESCE(MAX(id), 0) + 1 FROM {versions.name}"
+        )
+        self._add_sealed = (
+            f"INSERT INTO {versions.name} (id, {names}, mac) VALUES ({', '.join([marker] * 9)})"
+        )
 
     def id_for(self, dbapi: Any, key: tuple[Any, ...]) -> int:
         found = self._ids.get(key)
@@ -79,7 +93,13 @@ class WriterVersions:
             try:
                 cur = dbapi.cursor()
                 try:
-                    cur.execute(self._add, key)
+                    if self._key is None:
+                        cur.execute(self._add, key)
+                    else:
+                        cur.execute(self._next_id)
+                        new_id = int(cur.fetchone()[0])
+                        mac = version_mac(self._key, new_id, key)
+                        cur.execute(self._add_sealed, (new_id, *key, mac))
                 finally:
                     cur.close()
             except Exception as exc:

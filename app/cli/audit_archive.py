@@ -3,8 +3,9 @@
 ``--before T --out DIR`` writes the records of every chain link wholly before T: one file
 per day and version (``DIR/<day>/<version>.parquet``), the links over them and a manifest
 of row counts and SHA-256 checksums; then checks them all against the key. ``--delete``
-then removes the archived records from the trail (``GET /weights?request_id=`` of one
-answers 410 naming the day), leaving the chain verifiable from where the archive ends.
+then removes the archived records from the trail, with their outcomes (which go to
+``DIR/outcomes.parquet``): ``GET /weights?request_id=`` of one, and an outcome posted for
+it, answer 410 naming the day; the chain stays verifiable from where the archive ends.
 ``--verify DIR`` checks an archive again. Exit 1 when a check fails. The files read as
 they are: ``duckdb -c "SELECT version, top_expert, count(*) FROM 'DIR/*/*.parquet'
 GROUP BY ALL"``, or ``pandas.read_parquet(DIR)``.
@@ -61,12 +62,15 @@ def run(args: argparse.Namespace) -> int:
         t0 = time.perf_counter()
         written, ends = archive.write(engine, before, args.out)
         wrote = time.perf_counter() - t0
-        print(f"wrote {written.records:,} records in {len(written.files)} files in {wrote:.1f} s")
+        print(
+            f"wrote {written.records:,} records in {len(written.files)} files and their "
+            f"{written.outcomes:,} outcomes in {wrote:.1f} s"
+        )
         code = _report(archive.check(args.out, key), str(args.out), time.perf_counter() - t0)
         if code != 0 or not args.delete:
             return code
         t1 = time.perf_counter()
-        gone = archive.delete_archived(engine, key, before, ends)
+        gone = archive.delete_archived(engine, key, before, ends, written.outcomes_through)
         took = time.perf_counter() - t1
         print(f"deleted {gone:,} archived records from the trail in {took:.1f} s")
         return 0 if gone == written.records else 1

@@ -1,16 +1,23 @@
 """``iabma audit-verify``: check the audit trail against its tamper-evident chain.
 
-Every group commit of the server extends a chain of HMAC links over its records
-(docs/design.md, "Tamper evidence"). This walks the chain and names every record edited,
-deleted or inserted in the database outside the server; it exits 1 if there is any, 0 if
-the trail is intact. The key is the server's: IABMA_AUDIT_HASH_KEY (or _FILE), or the key
-file beside a SQLite trail. ``--since`` checks the links committed from that time on.
+Every group commit of the server extends a chain of HMAC links over its records, and
+every outcome post one over its outcomes (docs/design.md, "Tamper evidence"). This walks
+the chains and names every record, outcome or version row edited, deleted or inserted in
+the database outside the server; it exits 1 if there is any, 0 if the trail is intact.
+The key is the server's: IABMA_AUDIT_HASH_KEY (or _FILE), or the key file beside a
+SQLite trail. ``--since`` checks the links committed from that time on.
+
+``--checkpoints FILE --public-key KEY`` also holds the trail against the checkpoints the
+servers signed (a checkpoint file, or a captured log): a chain's newest links deleted with
+their records, or a whole chain, are named. That part needs only the public key, which
+cannot sign a checkpoint; without the HMAC key it is all that is checked.
 """
 
 from __future__ import annotations
 
 import argparse
 import time
+from pathlib import Path
 from typing import Any
 
 from app.cli.errors import CommandError, option_fault
@@ -25,6 +32,22 @@ def add_parser(sub: Any) -> None:
         "--audit-url", default=None, help="the trail's SQLAlchemy URL (default IABMA_AUDIT_URL)"
     )
     p.add_argument("--since", default=None, help="ISO 8601 time: check links from then on")
+    p.add_argument(
+        "--checkpoints",
+        type=Path,
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="signed checkpoints: IABMA_AUDIT_CHECKPOINT_FILE or a captured log (repeatable)",
+    )
+    p.add_argument(
+        "--public-key",
+        type=Path,
+        action="append",
+        default=[],
+        metavar="PEM",
+        help="the public key the checkpoints are signed with (repeatable, for keys rotated)",
+    )
     p.set_defaults(run=run)
 
 
@@ -63,45 +86,102 @@ def trail_key(audit_url: str | None) -> tuple[Any, bytes]:
 def open_trail(audit_url: str | None, mover: bool = False) -> tuple[Any, bytes]:
     """The trail's engine and its chain key, from the option or IABMA_AUDIT_URL
     (``mover``: for deleting, :func:`app.audit.engine.make_engine` says why)."""
+    settings, key = trail_key(audit_url)
+    return _engine(audit_url, settings, mover), key
+
+
+def _engine(audit_url: str | None, settings: Any, mover: bool = False) -> Any:
     from sqlalchemy import inspect
 
     from app.audit.engine import make_engine
     from app.audit.tables import records
 
-    settings, key = trail_key(audit_url)
     engine = make_engine(settings.audit_url, settings.audit_timeout_seconds, mover)
     if not inspect(engine).has_table(records.name):
         engine.dispose()
         shown = audit_url or "IABMA_AUDIT_URL"
         raise CommandError(option_fault("--audit-url", shown, "holds no audit trail"))
-    return engine, key
+    return engine
+
+
+def _public_keys(args: argparse.Namespace) -> list[Any]:
+    from app.audit.checkpoints import public_key
+
+    if bool(args.checkpoints) != bool(args.public_key):
+        given, missing = (
+            ("--checkpoints", "--public-key")
+            if args.checkpoints
+            else ("--public-key", "--checkpoints")
+        )
+        raise CommandError(f"{given} needs {missing}: checkpoints are read with their public key")
+    keys = []
+    for path in args.public_key:
+        try:
+            keys.append(public_key(path))
+        except (OSError, ValueError) as exc:
+            raise CommandError(option_fault("--public-key", str(path), str(exc))) from None
+    for path in args.checkpoints:
+        if not path.is_file():
+            raise CommandError(option_fault("--checkpoints", str(path), "is not a file"))
+    return keys
 
 
 def run(args: argparse.Namespace) -> int:
     from sqlalchemy import func, select
 
+    from app.audit import checkpoints
     from app.audit.tables import records
-    from app.audit.verify import verify
+    from app.audit.verify import Report, verify
     from app.cli.progress import ProgressBar
+    from app.settings import SettingsError, load_settings
 
     since = parse_time("--since", args.since) if args.since else None
-    engine, key = open_trail(args.audit_url)
-    began = time.perf_counter()
-    with engine.connect() as conn:
-        total = int(conn.execute(select(func.count()).select_from(records)).scalar_one())
-    bar = ProgressBar(total, "records")
+    keys = _public_keys(args)
+    key: bytes | None = None
     try:
-        report = verify(engine, key, since, bar.update)
+        engine, key = open_trail(args.audit_url)
+    except CommandError:
+        if not keys:
+            raise
+        try:  # the public key alone: the checkpoints are what can be checked
+            settings = load_settings(**({"audit_url": args.audit_url} if args.audit_url else {}))
+        except SettingsError as exc:
+            raise CommandError(
+                option_fault("--audit-url", args.audit_url or "", str(exc))
+            ) from None
+        engine = _engine(args.audit_url, settings)
+    began = time.perf_counter()
+    try:
+        report = Report()
+        if key is not None:
+            with engine.connect() as conn:
+                total = int(conn.execute(select(func.count()).select_from(records)).scalar_one())
+            bar = ProgressBar(total, "records")
+            try:
+                report = verify(engine, key, since, bar.update)
+            finally:
+                bar.close()
+        held = 0
+        if keys:
+            heads = checkpoints.read(args.checkpoints, keys, report.entries)
+            held = checkpoints.check(engine, heads, report.entries)
     finally:
-        bar.close()
         engine.dispose()
     took = time.perf_counter() - began
-    for line in report.findings[:MAX_SHOWN]:
+    findings = report.findings
+    for line in findings[:MAX_SHOWN]:
         print(line)
-    if len(report.findings) > MAX_SHOWN:
-        print(f"... and {len(report.findings) - MAX_SHOWN:,} more")
-    verdict = "intact" if report.intact else f"{len(report.findings):,} problems"
-    print(
-        f"{report.records:,} records in {report.links:,} links checked in {took:.1f} s: {verdict}"
-    )
+    if len(findings) > MAX_SHOWN:
+        print(f"... and {len(findings) - MAX_SHOWN:,} more")
+    verdict = "intact" if report.intact else f"{len(findings):,} problems"
+    if keys:
+        print(f"{held:,} chains held against their signed checkpoints")
+    if key is None:
+        print("the records, outcomes and links were not checked themselves (no HMAC key)")
+        print(f"checked in {took:.1f} s: {verdict}")
+    else:
+        print(
+            f"{report.records:,} records in {report.links:,} links checked in {took:.1f} s "
+            f"({report.outcomes:,} outcomes): {verdict}"
+        )
     return 0 if report.intact else 1

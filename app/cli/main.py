@@ -21,6 +21,7 @@ from typing import Any, TextIO
 
 from app.cli import (
     audit_archive,
+    audit_keygen,
     audit_migrate,
     audit_sums,
     audit_verify,
@@ -57,6 +58,7 @@ def build_parser() -> argparse.ArgumentParser:
     audit_verify.add_parser(sub)
     audit_migrate.add_parser(sub)
     audit_archive.add_parser(sub)
+    audit_keygen.add_parser(sub)
     feedback.add_parser(sub)
     for ep in plugins:
         if ep.name not in FIRST:

@@ -81,9 +81,11 @@ def _same_model(parts: Sequence[ColumnarResult | PredictResult]) -> None:
 
 
 def join_feedback(parts: Sequence[FeedbackResult]) -> FeedbackResult:
-    """The batches' counts, added up."""
+    """The batches' counts, added up (one key posted them all: the first names it)."""
     return FeedbackResult(
-        accepted=sum(p.accepted for p in parts), duplicates=sum(p.duplicates for p in parts)
+        accepted=sum(p.accepted for p in parts),
+        duplicates=sum(p.duplicates for p in parts),
+        poster=parts[0].poster if parts else None,
     )
 
 

@@ -58,3 +58,11 @@ class FeedbackResult:
     duplicates: int = field(
         metadata={"doc": "Outcomes already stored with the same value (a repeat changes nothing)."}
     )
+    poster: str | None = field(
+        default=None,
+        metadata={
+            "doc": "Who the stored outcomes name as their poster: a fingerprint of the key "
+            "sent (never the key), or null where the route takes no key. GET /performance "
+            "can leave a poster's outcomes out by it."
+        },
+    )

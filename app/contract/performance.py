@@ -76,9 +76,25 @@ class Performance:
     model: str = field(metadata={"const": "name"})
     task: str = field(metadata={"const": "task"})
     filter: Mapping[str, Any] = field(
-        metadata={"doc": "since and until (the predictions' time) and version, as given."}
+        metadata={
+            "doc": "since and until (the predictions' time) and version, as given; the "
+            "posters left out (exclude_poster) and the number of time buckets."
+        }
     )
     rows: int = field(metadata={"doc": "Served rows with an outcome that match the filter."})
+    excluded_rows: int = field(
+        metadata={
+            "doc": "Stored outcomes matching the filter that were left out: their scores "
+            "are not finite, or their regression outcome lies outside the model's range "
+            "(outcomes stored before that range was checked)."
+        }
+    )
+    posters: Mapping[str, int] = field(
+        metadata={
+            "doc": "Rows per poster: a fingerprint of the key that posted them (key: and 12 "
+            "hex digits), or anonymous where the route takes no key."
+        }
+    )
     mixture: Scores
     experts: Mapping[str, Scores] = field(
         metadata={"doc": "Each expert on the rows whose record had it."}
@@ -93,5 +109,8 @@ class Performance:
         metadata={"doc": "Per expert: its NLL and the others' by the weight the gate gave it."}
     )
     buckets: tuple[PerformanceBucket, ...] = field(
-        metadata={"doc": "Up to 24 time buckets of the predictions' time, oldest first."}
+        metadata={
+            "doc": "Up to 24 time buckets (or as many as asked for) of the predictions' "
+            "time, oldest first."
+        }
     )

@@ -2,14 +2,17 @@
 
 The body's keys and defaults are the contract's (:mod:`app.contract.feedback`). All or
 nothing: every fault is reported, named ``outcomes[i].<field>``, and nothing is stored. A
-request id means the latest audit record with that id, as in ``GET /weights``; an outcome
-is read as that record's task says (:mod:`app.core.outcomes`) and scored against what was
-served (:mod:`app.audit.scores`). The store says which rows had the outcome already
-(duplicates) or another one (a 409).
+request id names one audit record of the model (an id an older trail holds twice names
+none: 409; an archived one answers 410); an outcome is read as that record's task says
+(:mod:`app.core.outcomes`) and scored against what was served (:mod:`app.audit.scores`).
+The store says which rows had the outcome already (duplicates) or another one (a 409).
+Each outcome keeps who posted it (:func:`poster_of`) and when.
 """
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -22,9 +25,16 @@ from app.bundle.normalise import Normaliser
 from app.contract.feedback import FEEDBACK_KEYS, OUTCOME_DEFAULTS, OUTCOME_KEYS, OUTCOME_REQUIRED
 from app.contract.request import REQUEST_ID
 from app.core.inputs import json_type
-from app.core.outcomes import Classes, read_outcome
+from app.core.outcomes import Classes, OutcomeRange, outcome_range, read_outcome
 from app.core.service import Service
-from app.errors import Fault, InvalidInput, OutcomeConflict, ServingError, TooManyRows
+from app.errors import (
+    Archived,
+    Fault,
+    InvalidInput,
+    OutcomeConflict,
+    ServingError,
+    TooManyRows,
+)
 
 MAX_FAULTS = 20
 
@@ -132,12 +142,20 @@ class Ingested:
     duplicates: dict[str, int]  # per version, outcomes stored before with the same value
 
 
-def ingest(store: AuditStore, model: str, items: Sequence[Item], rule: Normaliser) -> Ingested:
+def ingest(
+    store: AuditStore,
+    model: str,
+    items: Sequence[Item],
+    rule: Normaliser,
+    bounds: OutcomeRange | None = None,
+    poster: str | None = None,
+) -> Ingested:
     """Check ``items`` against their records, score them and store them (blocking)."""
     engine = store.engine
     found = outcomes.served(engine, store.versions, model, [i.request_id for i in items])
-    kept, repeats = _check(model, items, found, rule)
-    rows = [(found[i.request_id], i.row, value) for i, value, _ in kept]
+    kept, repeats = _check(model, items, found, rule, bounds)
+    records = found.records
+    rows = [(records[i.request_id], i.row, value) for i, value, _ in kept]
     scored = scores.score(rows)
     batch: list[outcomes.NewOutcome | None] = [None] * len(kept)
     for group in scored:
@@ -147,12 +165,14 @@ def ingest(store: AuditStore, model: str, items: Sequence[Item], rule: Normalise
                 item.request_id,
                 item.row,
                 text,
-                found[item.request_id],
+                records[item.request_id],
                 group.weights[k].tobytes(),
                 group.scores[k].tobytes(),
             )
     full = [b for b in batch if b is not None]
-    stored = outcomes.store(engine, model, full, now_us(), store.outcome_growth)
+    stored = outcomes.store(
+        engine, model, full, now_us(), store.outcome_growth, store.outcome_chains, poster
+    )
     if stored.conflicts:
         raise OutcomeConflict(
             [
@@ -175,8 +195,62 @@ def ingest(store: AuditStore, model: str, items: Sequence[Item], rule: Normalise
     return Ingested(scored, accepted, duplicates)
 
 
+def _unbound(model: str, item: Item, found: outcomes.Found) -> Fault | None:
+    """Why ``item``'s request id names no one record of ``model``, if it names none."""
+    rid, where = item.request_id, _field(item.at, "request_id")
+    if rid in found.ambiguous:
+        return Fault(
+            "ambiguous_request",
+            where,
+            f"{found.ambiguous[rid]} predictions of model {model!r} were audited under this "
+            "request id (a trail written before request ids were unique); an outcome for it "
+            "cannot be bound to one of them, and is refused",
+        )
+    if rid in found.archived:
+        return Fault(
+            "archived",
+            where,
+            f"the audit record of this request was archived in the Parquet files of "
+            f"{found.archived[rid]} (iabma audit-archive); it takes no outcome now",
+        )
+    if rid in found.unreadable:
+        return Fault(
+            "not_scorable",
+            where,
+            "the audit record of this request cannot be read as the server wrote it; "
+            "check the trail with iabma audit-verify",
+        )
+    if rid not in found.records:
+        return Fault(
+            "unknown_request",
+            where,
+            f"no prediction of model {model!r} was audited under this request id",
+        )
+    return None
+
+
+def _refuse(faults: list[Fault]) -> None:
+    """Raise the error for ``faults``: 409 if each is a request id that names several
+    records, 410 if each names an archived one, else 422 listing them all."""
+    if not faults:
+        return
+    shown = faults[:MAX_FAULTS]
+    codes = {f.code for f in faults}
+    if codes == {"ambiguous_request"}:
+        raise OutcomeConflict(shown)
+    if codes == {"archived"}:
+        err = Archived(shown[0].message, shown[0].field)
+        err.faults = shown
+        raise err
+    raise InvalidInput(shown)
+
+
 def _check(
-    model: str, items: Sequence[Item], found: dict[str, scores.Served], rule: Normaliser
+    model: str,
+    items: Sequence[Item],
+    found: outcomes.Found,
+    rule: Normaliser,
+    bounds: OutcomeRange | None,
 ) -> tuple[list[tuple[Item, float, str]], dict[str, int]]:
     """Each item's outcome as a class index or a number, with its canonical text; and, per
     version, the items that repeat an earlier item of the body."""
@@ -186,16 +260,11 @@ def _check(
     repeats: dict[str, int] = {}
     labels: dict[str, Classes] = {}
     for item in items:
-        rec = found.get(item.request_id)
-        if rec is None:
-            faults.append(
-                Fault(
-                    "unknown_request",
-                    _field(item.at, "request_id"),
-                    f"no prediction of model {model!r} was audited under this request id",
-                )
-            )
+        unbound = _unbound(model, item, found)
+        if unbound is not None:
+            faults.append(unbound)
             continue
+        rec = found.records[item.request_id]
         if rec.expert_outputs is None:
             faults.append(
                 Fault(
@@ -216,7 +285,7 @@ def _check(
                 )
             )
             continue
-        read = read_outcome(rec, item.outcome, rule, labels)
+        read = read_outcome(rec, item.outcome, rule, labels, bounds)
         if isinstance(read, Fault):
             faults.append(Fault(read.code, _field(item.at, "outcome"), read.message))
             continue
@@ -237,20 +306,46 @@ def _check(
             continue
         seen[key] = (item.at, text)
         kept.append((item, value, text))
-    if faults:
-        raise InvalidInput(faults[:MAX_FAULTS])
+    _refuse(faults)
     return kept, repeats
 
 
-async def feedback(service: Service, body: Any) -> dict[str, int]:
-    """Check, score and store the body's outcomes; count them in the metrics."""
+_POSTER_LABEL = b"iabma-poster/1"
+
+
+def poster_of(chain_key: bytes | None, key: str) -> str:
+    """How an outcome names the key that posted it: ``key:`` and 12 hex digits of an HMAC
+    of the key under one derived from the trail's key. Equal keys give equal names; the
+    name tells nothing of the key to whoever reads the trail, even of a short one."""
+    derived = hmac.new(chain_key or b"", _POSTER_LABEL, hashlib.sha256).digest()
+    digest = hmac.new(derived, key.encode("utf-8"), hashlib.sha256).hexdigest()
+    return "key:" + digest[:12]
+
+
+def poster_for(service: Service, store: AuditStore, key: str | None) -> str | None:
+    """The poster to record: the key's name when the feedback route takes keys (the key
+    was checked before the body was read), else None (anyone may post)."""
+    settings = service.settings
+    takes_keys = bool(settings.keys("feedback_keys") or settings.keys("api_keys"))
+    if key is None or not takes_keys:
+        return None
+    return poster_of(store.chain_key, key)
+
+
+async def feedback(service: Service, body: Any, key: str | None = None) -> dict[str, Any]:
+    """Check, score and store the body's outcomes, posted with ``key`` (as presented; the
+    access guard checked it); count them in the metrics."""
     model = service.runtime.require()
     labels = (model.name, model.version)
     try:
         items = decode(body, service.settings.max_batch_rows)
         store = service.require_store()
         rule = model.manifest.input_rule.normaliser()
-        done: Ingested = await service.read_store(ingest, store, model.name, items, rule)
+        bounds = outcome_range(model.manifest.target)
+        poster = poster_for(service, store, key)
+        done: Ingested = await service.read_store(
+            ingest, store, model.name, items, rule, bounds, poster
+        )
     except ServingError:
         sent = body.get("outcomes") if isinstance(body, dict) else None
         rejected = len(sent) if isinstance(sent, list) else 0
@@ -264,4 +359,8 @@ async def feedback(service: Service, body: Any) -> dict[str, int]:
             )
     for version, n in done.duplicates.items():
         service.metrics.feedback.inc((model.name, version, "duplicate"), n)
-    return {"accepted": sum(map(len, done.accepted)), "duplicates": sum(done.duplicates.values())}
+    return {
+        "accepted": sum(map(len, done.accepted)),
+        "duplicates": sum(done.duplicates.values()),
+        "poster": poster,
+    }

@@ -7,6 +7,7 @@ from starlette.responses import Response
 
 from app.core import feedback as ingest
 from app.core import performance as report
+from app.core.access import presented_key
 from app.rest.body import json_body
 from app.rest.responses import json_response
 from app.rest.routes import router_of
@@ -15,7 +16,8 @@ from app.rest.routes.deps import ServiceDep
 
 async def feedback(request: Request, service: ServiceDep) -> Response:
     body = await json_body(request, service.settings.max_body_bytes)
-    return json_response(await ingest.feedback(service, body))
+    key = presented_key(request.scope["headers"])  # checked by the access guard
+    return json_response(await ingest.feedback(service, body, key))
 
 
 async def performance(request: Request, service: ServiceDep) -> Response:

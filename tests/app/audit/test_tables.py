@@ -1,10 +1,12 @@
 """The trail's tables across releases: a trail of schema 1 (before compact records) or 2
-(before a request id named one record) is refused at start-up, naming ``iabma
-audit-migrate``, which keeps every record and its id."""
+(before a request id named one record, sealed versions and chained outcomes) is refused
+at start-up, naming ``iabma audit-migrate``, which keeps every record and its id, and
+brings it to schema 3."""
 
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -17,8 +19,9 @@ from app.audit.records import LOG_COLUMNS
 from app.audit.store import AuditStore
 from app.audit.tables import SchemaMismatch
 from app.cli.main import main
-from tests.support.bundles import TEST_HASH_KEY
+from tests.support.bundles import TEST_HASH_KEY, Bundles
 from tests.support.services import make_record
+from tests.support.tampering import serve_with_outcomes
 from tests.support.trail import Trail
 
 V1 = """create table iabma_audit_log (
@@ -79,7 +82,7 @@ def test_a_schema_1_trail_is_refused_then_migrated_whole(
     assert trail.rows("select count(*) from iabma_audit_log_v1")[0][0] == 2
 
     store = AuditStore(trail.url, 10.0, chain_key(TEST_HASH_KEY.encode()))
-    store.prepare()  # schema 2 now: starts
+    store.prepare()  # schema 3 now: starts
     old, server = store.find("old-1"), store.find(SERVER_ID)
     store.insert([dataclasses.replace(make_record("after"), experts=("a", "b"))])
     store.close()
@@ -97,10 +100,59 @@ def test_a_schema_1_trail_is_refused_then_migrated_whole(
     assert max(r[0] for r in trail.rows("select id from iabma_audit_log")) > 9
     assert main(["audit-verify", "--audit-url", trail.url]) == 0, capsys.readouterr().out
     assert main(["audit-migrate", "--audit-url", trail.url]) == 2
-    assert "is schema 3 already" in capsys.readouterr().err
+    assert "has schema 3 already" in capsys.readouterr().err
 
 
-def schema_2(trail: Trail, key: bytes) -> None:
+def schema_2_unchained(trail: Trail, bundles: Bundles, tmp_path: Path) -> None:
+    """A trail as schema 2 left it: predictions and outcomes written by the app, then
+    what schema 3 added taken away (no version MACs, no outcome chains or posters)."""
+    serve_with_outcomes(bundles, trail, tmp_path, n=3)
+    for sql in (
+        "drop index ix_iabma_outcomes_link",
+        "drop index ix_iabma_outcomes_record",
+        "alter table iabma_outcomes drop column poster",
+        "alter table iabma_outcomes drop column chain",
+        "alter table iabma_outcomes drop column seq",
+        "alter table iabma_audit_versions drop column mac",
+        "alter table iabma_audit_chains drop column kind",
+        "drop table iabma_outcome_links",
+        "drop table iabma_outcome_cuts",
+        "update iabma_audit_meta set value = '2' where key = 'schema'",
+    ):
+        trail.execute(sql)
+
+
+def test_a_schema_2_trail_is_refused_then_upgraded_in_place(
+    bundles: Bundles,
+    trail: Trail,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("IABMA_AUDIT_HASH_KEY", TEST_HASH_KEY)
+    schema_2_unchained(trail, bundles, tmp_path)
+    store = AuditStore(trail.url, 10.0)
+    with pytest.raises(SchemaMismatch, match="has schema 2. Run `iabma audit-migrate"):
+        store.prepare()
+    store.close()
+    assert main(["audit-migrate", "--audit-url", trail.url]) == 0
+    out = capsys.readouterr().out
+    assert "schema 3: 1 version rows sealed and 6 outcomes chained" in out, out
+    assert main(["audit-verify", "--audit-url", trail.url]) == 0, capsys.readouterr().out
+    # Running it again finds nothing to do; the server starts and writes on.
+    assert main(["audit-migrate", "--audit-url", trail.url]) == 2
+    assert "has schema 3 already" in capsys.readouterr().err
+    serve_with_outcomes(bundles, trail, tmp_path / "again", n=1, prefix="later")
+    assert main(["audit-verify", "--audit-url", trail.url]) == 0, capsys.readouterr().out
+    # What the upgrade sealed is held as any other row: an edit of it is named.
+    trail.execute("update iabma_audit_versions set classes = '[1, 0]'")
+    trail.execute("update iabma_outcomes set outcome = outcome || ' ' where id = 1")
+    assert main(["audit-verify", "--audit-url", trail.url]) == 1
+    out = capsys.readouterr().out
+    assert "altered: version row id" in out and "edited: outcome id 1 " in out, out
+
+
+def schema_2_unkeyed(trail: Trail, key: bytes) -> None:
     """A trail as the previous release wrote it: no model ids, the request id's index not
     unique, and a request id named by several records: twice for one model (the later
     record kept apart by the upgrade), once each for two models (both keep their key)."""
@@ -133,15 +185,15 @@ def test_a_schema_2_trail_is_refused_then_upgraded_keeping_every_record(
 ) -> None:
     monkeypatch.setenv("IABMA_AUDIT_HASH_KEY", TEST_HASH_KEY)
     key = chain_key(TEST_HASH_KEY.encode())
-    schema_2(trail, key)
+    schema_2_unkeyed(trail, key)
     store = AuditStore(trail.url, 10.0, key)
-    with pytest.raises(SchemaMismatch, match="has schema 2 .*iabma audit-migrate --audit-url"):
+    with pytest.raises(SchemaMismatch, match=r"has schema 2\. Run `iabma audit-migrate"):
         store.prepare()
     store.close()
 
     assert main(["audit-migrate", "--audit-url", trail.url]) == 0
     out = capsys.readouterr().out
-    assert "6 records upgraded to schema 3" in out
+    assert "schema 3: 0 version rows sealed and 0 outcomes chained" in out, out
     assert "2 records share their request id with an earlier record of their model" in out
     assert trail.rows("select value from iabma_audit_meta where key = 'schema'") == [("3",)]
     # The first record of each id and model keeps the key; nothing was lost or changed.
@@ -165,4 +217,4 @@ def test_a_schema_2_trail_is_refused_then_upgraded_keeping_every_record(
         store.close()
     assert trail.count() == 8
     assert main(["audit-migrate", "--audit-url", trail.url]) == 2
-    assert "is schema 3 already" in capsys.readouterr().err
+    assert "has schema 3 already" in capsys.readouterr().err

@@ -1,6 +1,7 @@
 """``iabma audit-archive`` on real SQLite and PostgreSQL trails: Parquet files per day and
 version that pandas reads as they are, checked before ``--delete``; the live chain still
-verifies; an archived request id is a 410 naming its day; an edited file is caught."""
+verifies; an archived request id is a 410 naming its day; an edited file is caught;
+outcomes leave with their records."""
 
 from __future__ import annotations
 
@@ -14,14 +15,17 @@ import pytest
 
 from app.audit.archive import day_of
 from app.audit.chain import chain_key
+from app.audit.engine import make_engine
+from app.audit.labelled import labelled_rows
 from app.audit.records import iso_from_us, now_us
-from app.audit.retention import DAY_US
+from app.audit.retention import DAY_US, prune
 from app.audit.store import AuditStore
 from app.cli.main import main
 from app.errors import Archived
 from tests.support.bundles import TEST_HASH_KEY, Bundles, make_settings
-from tests.support.harness import UvicornHarness
+from tests.support.harness import AsgiHarness, UvicornHarness
 from tests.support.services import make_record
+from tests.support.tampering import serve_with_outcomes
 from tests.support.trail import Trail
 
 
@@ -102,3 +106,59 @@ def test_an_archived_request_id_is_a_410_over_http(
         assert back.json()["error"]["code"] == "archived"
         assert day_of(now_us()) in back.json()["error"]["message"]
         assert app.get("/weights", params={"request_id": "never"}).status_code == 404
+
+
+def test_outcomes_leave_with_their_records(
+    bundles: Bundles,
+    trail: Trail,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Each record's outcomes go to the archive with it: the trail keeps none that has no
+    record (refit's reader crashed on those with a KeyError), the chains still verify, and
+    an outcome posted for an archived request is a 410."""
+    monkeypatch.setenv("IABMA_AUDIT_HASH_KEY", TEST_HASH_KEY)
+    serve_with_outcomes(bundles, trail, tmp_path, n=3)
+    out = tmp_path / "archive"
+    after = iso_from_us(now_us() + 60_000_000)
+    code = main(["audit-archive", "--audit-url", trail.url, "--before", after, "--out",
+                 str(out), "--delete"])  # fmt: skip
+    said = capsys.readouterr().out
+    assert code == 0 and "and their 6 outcomes" in said, said
+    kept = pd.read_parquet(out / "outcomes.parquet")
+    assert sorted(kept["request_id"].tolist()) == ["p0", "p0", "p1", "p1", "p2", "p2"]
+    assert json.loads((out / "manifest.json").read_text())["outcomes"]["rows"] == 6
+    assert trail.rows("select count(*) from iabma_outcomes")[0][0] == 0
+    assert trail.rows("select count(*) from iabma_outcome_links")[0][0] == 0
+    assert main(["audit-verify", "--audit-url", trail.url]) == 0, capsys.readouterr().out
+    assert main(["audit-archive", "--verify", str(out)]) == 0, capsys.readouterr().out
+    engine = make_engine(trail.url, 10.0)
+    try:
+        assert labelled_rows(engine, "demo") == ([], {})
+    finally:
+        engine.dispose()
+    settings = make_settings(
+        bundles.store, tmp_path, audit_url=trail.url, audit_hash_key=TEST_HASH_KEY
+    )
+    with AsgiHarness(settings) as app:
+        r = app.post("/feedback", json={"outcomes": [{"request_id": "p1", "outcome": 1}]})
+        assert r.status_code == 410, r.text
+        assert r.json()["error"]["field"] == "outcomes[0].request_id"
+
+
+def test_outcomes_an_older_archive_left_behind_are_read_past(
+    bundles: Bundles, trail: Trail, tmp_path: Path
+) -> None:
+    """A record deleted by an archive of an earlier release, its outcomes left: refit's
+    reader leaves them out, and retention removes them."""
+    serve_with_outcomes(bundles, trail, tmp_path, n=2)
+    trail.execute(f"delete from iabma_audit_log where request_id = {trail.rid('p0')}")
+    engine = make_engine(trail.url, 10.0)
+    try:
+        rows, inputs = labelled_rows(engine, "demo")
+        assert [r.request_id for r in rows] == ["p1", "p1"] and len(inputs) == 1
+        done = prune(engine, chain_key(TEST_HASH_KEY.encode()), now_us() + 60_000_000)
+        assert done.outcomes == 4  # the two left behind, and those of p1 with its record
+    finally:
+        engine.dispose()

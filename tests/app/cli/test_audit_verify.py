@@ -1,43 +1,19 @@
-"""``iabma audit-verify`` on real SQLite and PostgreSQL trails: intact, then with one
-record edited, one deleted and one inserted in the database, each named; exit 1."""
+"""``iabma audit-verify`` on real SQLite and PostgreSQL trails: intact, then with a
+record's answer edited, one deleted and two inserted in the database (one with a request
+id of the wrong type), each named; exit 1."""
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 
-import numpy as np
 import pytest
 
-from app.audit.chain import chain_key
-from app.audit.records import LOG_COLUMNS, now_us
-from app.audit.store import AuditStore
+from app.audit.records import LOG_COLUMNS
 from app.cli.main import main
 from tests.support.bundles import TEST_HASH_KEY, Bundles, make_settings
 from tests.support.harness import AsgiHarness
-from tests.support.services import make_record
+from tests.support.tampering import fill
 from tests.support.trail import Trail
-
-
-def fill(url: str) -> None:
-    """Three group commits of five records, as the writer makes them."""
-    rng = np.random.default_rng(7)
-    store = AuditStore(url, 10, chain_key(TEST_HASH_KEY.encode()))
-    store.prepare()
-    try:
-        for g in range(3):
-            store.insert(
-                [
-                    dataclasses.replace(
-                        make_record(f"g{g}-{i}"),
-                        created_us=now_us(),
-                        weights=rng.dirichlet([1, 1], size=1),
-                    )
-                    for i in range(5)
-                ]
-            )
-    finally:
-        store.close()
 
 
 def verify(url: str, capsys: pytest.CaptureFixture[str], *extra: str) -> tuple[int, str]:
@@ -45,35 +21,39 @@ def verify(url: str, capsys: pytest.CaptureFixture[str], *extra: str) -> tuple[i
     return code, capsys.readouterr().out
 
 
-def test_edits_deletions_and_insertions_are_each_named(
+def test_the_command_names_all_four_of_an_edit_a_deletion_and_two_insertions(
     trail: Trail, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """An answer edited, one record deleted, and two inserted (one
+    with a request id that is text, not bytes): exit 1, each of the four named."""
     monkeypatch.setenv("IABMA_AUDIT_HASH_KEY", TEST_HASH_KEY)
     fill(trail.url)
     code, out = verify(trail.url, capsys)
     assert code == 0, out
     assert "15 records in 3 links checked" in out and "intact" in out
-
     trail.execute(
-        f"update iabma_audit_log set latency_us = 99 where request_id = {trail.rid('g1-2')}"
+        "update iabma_audit_log set answer = (select answer from iabma_audit_log where "
+        f"request_id = {trail.rid('g0-0')}) where request_id = {trail.rid('g1-2')}"
     )
-    trail.execute(f"delete from iabma_audit_log where request_id = {trail.rid('g0-3')}")
-    columns = ", ".join(c for c in (*LOG_COLUMNS, "chain", "seq"))
-    copied = columns.replace("request_id", trail.rid("forged"), 1)
-    trail.execute(
-        f"insert into iabma_audit_log ({columns}) "
-        f"select {copied} from iabma_audit_log where request_id = {trail.rid('g2-4')}"
-    )
+    trail.execute(f"delete from iabma_audit_log where request_id = {trail.rid('g2-1')}")
+    columns = ", ".join((*LOG_COLUMNS, "chain", "seq"))
+    for value in (trail.rid("forged"), "'typed-as-text'"):
+        copied = columns.replace("request_id", value, 1)
+        trail.execute(
+            f"insert into iabma_audit_log ({columns}) select {copied} from iabma_audit_log "
+            f"where request_id = {trail.rid('g0-3')}"
+        )
     code, out = verify(trail.url, capsys)
     assert code == 1, out
-    lines = [line for line in out.splitlines() if ":" in line and "checked" not in line]
-    assert len(lines) == 3, out
+    lines = [line for line in out.splitlines() if line[:8] in ("edited: ", "deleted:", "inserted")]
+    assert len(lines) == 4, out
     assert any(line.startswith("edited:") and "'g1-2'" in line for line in lines), out
     assert any(
-        line.startswith("deleted: record 4 of 5") and "'g0-2'" in line and "'g0-4'" in line
+        line.startswith("deleted: record 2 of 5") and "'g2-0'" in line and "'g2-2'" in line
         for line in lines
     ), out
     assert any(line.startswith("inserted:") and "'forged'" in line for line in lines), out
+    assert any(line.startswith("inserted:") and "typed-as-text" in line for line in lines), out
 
 
 def test_a_forged_link_and_a_wrong_key_are_caught(

@@ -71,7 +71,7 @@ def test_outcomes_are_stored_and_repeats_counted(
                  {"request_id": "three", "row": 1, "outcome": 0},
                  {"request_id": "three", "row": 1, "outcome": "0"})  # fmt: skip
     assert again.status_code == 200, again.text
-    assert again.json() == {"accepted": 1, "duplicates": 3}
+    assert again.json() == {"accepted": 1, "duplicates": 3, "poster": None}
     assert len(stored(trail)) == 4
 
 
@@ -95,7 +95,7 @@ def test_string_labels_and_their_text(serve: Serve, trail: Trail, bundles: Bundl
     predict(app, bundles.creditcls.instances(slice(0, 2)), "loan")
     r = post(app, {"request_id": "loan", "outcome": " good "}, {"request_id": "loan", "row": 1,
              "outcome": "bad"})  # fmt: skip
-    assert r.json() == {"accepted": 2, "duplicates": 0}, r.text
+    assert r.json() == {"accepted": 2, "duplicates": 0, "poster": None}, r.text
     typo = post(app, {"request_id": "loan", "row": 1, "outcome": "Bad"})
     assert typo.status_code == 422, "a label is matched exactly: 'Bad' is not 'bad'"
     err = typo.json()["error"]
@@ -112,11 +112,11 @@ def test_regression_outcomes_are_numbers_or_numeric_text(
     r = post(app, {"request_id": "amounts", "outcome": 1234.5},
              {"request_id": "amounts", "row": 1, "outcome": "2 500"},
              {"request_id": "amounts", "row": 2, "outcome": 900})  # fmt: skip
-    assert r.json() == {"accepted": 3, "duplicates": 0}, r.text
+    assert r.json() == {"accepted": 3, "duplicates": 0, "poster": None}, r.text
     assert stored(trail) == [("amounts", 0, "1234.5"), ("amounts", 1, "2500.0"),
                              ("amounts", 2, "900.0")]  # fmt: skip
     assert post(app, {"request_id": "amounts", "row": 2, "outcome": 900.0}).json() == {
-        "accepted": 0, "duplicates": 1,
+        "accepted": 0, "duplicates": 1, "poster": None,
     }  # fmt: skip
 
 

@@ -136,7 +136,9 @@ def test_filters_by_the_time_served_and_the_version(served: Any) -> None:
     assert app.get("/performance", params={"version": "other"}).json()["rows"] == 0
     later = app.get("/performance", params={"since": last_time}).json()
     assert later["rows"] == sum(1 for rid, *_ in sent if rid == sent[-1][0])
-    assert later["filter"] == {"since": last_time, "until": None, "version": None}
+    assert later["filter"] == {
+        "since": last_time, "until": None, "version": None, "exclude_poster": [], "buckets": 24,
+    }  # fmt: skip
     empty = app.get("/performance", params={"until": "2000-01-01T00:00:00"}).json()
     assert empty["rows"] == 0 and empty["mixture"]["nll"] is None and empty["buckets"] == []
     assert empty["best_expert"] is None and empty["regret"] is None
