@@ -21,6 +21,27 @@ Kind = Literal["sklearn", "xgboost", "onnx"]
 
 
 @dataclass(frozen=True)
+class Source:
+    """Where a registered, already trained model came from; the manifest records it.
+
+    Parameters
+    ----------
+    uri : str
+        What the team named: a file path as given, or ``models:/name/version``.
+    format : str
+        How it was stored: ``"onnx"``, ``"skops"``, ``"joblib"``, ``"xgboost-json"``,
+        ``"xgboost-ubj"``, ``"lightgbm"``, ``"object"`` (a Python object), or
+        ``"mlflow:<flavor>"``.
+    sha256 : str or None
+        Of the file read (None for a Python object).
+    """
+
+    uri: str
+    format: str
+    sha256: str | None = None
+
+
+@dataclass(frozen=True)
 class Expert:
     """One registered expert.
 
@@ -46,6 +67,14 @@ class Expert:
         set; see :mod:`training.experts.caps`). All rows if None.
     max_draws : int, optional
         Bagging models only: rows each member draws (``max_samples``), at most this many.
+    prefit : bool
+        The model is already trained: it is used as is, never refit.
+    classes : sequence, optional
+        Classification: the model's class order where its file does not carry the labels.
+    variance_output : str, optional
+        Regression: the output holding the model's per-row predictive variance.
+    source : Source, optional
+        Where a pre-fitted model came from.
     """
 
     name: str
@@ -56,6 +85,10 @@ class Expert:
     output_units: Literal["original", "standardised"] = "original"
     max_rows: int | None = None
     max_draws: int | None = None
+    prefit: bool = False
+    classes: tuple[Any, ...] | None = None
+    variance_output: str | None = None
+    source: Source | None = None
 
     @property
     def kind(self) -> Kind:
