@@ -44,7 +44,13 @@ def _report(report: Any, what: str, seconds: float) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    from app.audit import archive
+    try:
+        from app.audit import archive
+    except ModuleNotFoundError as exc:  # pyarrow or an ADBC driver: the `archive` extra
+        raise CommandError(
+            f"needs the `archive` extra ({exc.name} is not installed): "
+            "pip install 'iabma[archive]'"
+        ) from None
 
     if args.verify is not None:
         if not (args.verify / archive.MANIFEST).is_file():

@@ -129,7 +129,8 @@ def test_venv_has_the_serving_stack_and_no_training_stack(
     probe = (
         "import importlib.util as u, json\n"
         "names = ['torch', 'sklearn', 'scipy', 'pandas', 'xgboost', 'onnx', "
-        "'onnxruntime', 'fastapi', 'uvicorn', 'sqlalchemy', 'psycopg', 'app', 'training']\n"
+        "'onnxruntime', 'fastapi', 'uvicorn', 'sqlalchemy', 'psycopg', 'app', 'training', "
+        "'pyarrow', 'adbc_driver_manager']\n"
         "found = {n: u.find_spec(n) is not None for n in names}\n"
         "import app.main, app.cli.main, sys\n"
         "print(json.dumps({'found': found, 'app': app.main.__file__, "
@@ -145,7 +146,9 @@ def test_venv_has_the_serving_stack_and_no_training_stack(
     assert res.returncode == 0, res.stderr
     report = json.loads(res.stdout)
     found = report["found"]
-    for absent in ("torch", "sklearn", "scipy", "pandas", "xgboost", "onnx", "training"):
+    absent_names = ("torch", "sklearn", "scipy", "pandas", "xgboost", "onnx", "training")
+    # The archive's Parquet and Arrow stack is the `archive` extra's, not the server's.
+    for absent in (*absent_names, "pyarrow", "adbc_driver_manager"):
         assert not found[absent], f"{absent} is installed in the serving image"
     for present in ("onnxruntime", "fastapi", "uvicorn", "sqlalchemy", "psycopg", "app"):
         assert found[present], f"{present} is missing from the serving image"
@@ -233,6 +236,13 @@ def test_iabma_runs_the_serving_commands_and_names_what_training_needs(
         res = run_iabma(image_venv, dockerfile, command, "--dataset", "simulation", cwd=tmp_path)
         assert res.returncode == 2, res.stderr
         assert f"iabma {command}: error: needs the training side (training/)" in res.stderr
+    trail = f"sqlite:///{tmp_path / 'audit.db'}"
+    res = run_iabma(
+        image_venv, dockerfile, "audit-archive", "--audit-url", trail, "--before",
+        "2026-01-01T00:00:00Z", "--out", str(tmp_path / "archive"), cwd=tmp_path,
+    )  # fmt: skip
+    assert res.returncode == 2, res.stderr
+    assert "needs the `archive` extra" in res.stderr and "iabma[archive]" in res.stderr
 
 
 def test_iabma_promotes_serves_posts_outcomes_rolls_back_and_sums_without_training(
