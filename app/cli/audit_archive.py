@@ -48,8 +48,7 @@ def run(args: argparse.Namespace) -> int:
         from app.audit import archive
     except ModuleNotFoundError as exc:  # pyarrow or an ADBC driver: the `archive` extra
         raise CommandError(
-            f"needs the `archive` extra ({exc.name} is not installed): "
-            "pip install 'iabma[archive]'"
+            f"needs the `archive` extra ({exc.name} is not installed): pip install 'iabma[archive]'"
         ) from None
 
     if args.verify is not None:
