@@ -49,118 +49,149 @@ class Families:
 @cache
 def families() -> Families:
     """Build the families; call :func:`app.metrics.store.multiprocess_dir` first."""
-    from prometheus_client import Counter, Gauge, Histogram, Summary
+    import prometheus_client
 
-    def counter(name: str, doc: str, labels: tuple[str, ...] = ()) -> Any:
-        return Counter(name, doc, (*MODEL_LABELS, *labels), registry=None)
-
-    def histogram(name: str, doc: str, labels: tuple[str, ...], buckets: tuple) -> Any:
-        return Histogram(name, doc, (*MODEL_LABELS, *labels), buckets=buckets, registry=None)
-
-    def gc_counter(name: str, doc: str) -> Any:
-        return Counter(name, doc, ("generation",), registry=None)
-
+    make = _Maker(prometheus_client)
     return Families(
-        requests=counter(
+        **_request_families(make), **_audit_families(make), **_model_families(make),
+        **_gc_families(make),
+    )  # fmt: skip
+
+
+class _Maker:
+    """Families labelled by model and version (gc's by generation), outside any registry:
+    the multiprocess collector reads them from the files."""
+
+    def __init__(self, prom: Any) -> None:
+        self.prom = prom
+
+    def counter(self, name: str, doc: str, labels: tuple[str, ...] = ()) -> Any:
+        return self.prom.Counter(name, doc, (*MODEL_LABELS, *labels), registry=None)
+
+    def histogram(self, name: str, doc: str, labels: tuple[str, ...], buckets: tuple) -> Any:
+        labels = (*MODEL_LABELS, *labels)
+        return self.prom.Histogram(name, doc, labels, buckets=buckets, registry=None)
+
+    def gauge(self, name: str, doc: str, mode: str, labels: tuple[str, ...] = ()) -> Any:
+        labels = (*MODEL_LABELS, *labels)
+        return self.prom.Gauge(name, doc, labels, multiprocess_mode=mode, registry=None)
+
+    def summary(self, name: str, doc: str, labels: tuple[str, ...]) -> Any:
+        return self.prom.Summary(name, doc, (*MODEL_LABELS, *labels), registry=None)
+
+    def gc_counter(self, name: str, doc: str) -> Any:
+        return self.prom.Counter(name, doc, ("generation",), registry=None)
+
+
+def _request_families(make: _Maker) -> dict[str, Any]:
+    return {
+        "requests": make.counter(
             "iabma_http_requests_total", "HTTP requests answered.", ("route", "method", "status")
         ),
-        request_seconds=histogram(
+        "request_seconds": make.histogram(
             "iabma_http_request_duration_seconds",
             "Time from request to the end of the response.",
             ("route", "method", "status"),
             LATENCY_BUCKETS,
         ),
-        rows=counter("iabma_predicted_rows_total", "Rows predicted.", ("route",)),
-        graph_seconds=histogram(
+        "rows": make.counter("iabma_predicted_rows_total", "Rows predicted.", ("route",)),
+        "graph_seconds": make.histogram(
             "iabma_inference_duration_seconds",
             "onnxruntime time per batch and graph.",
             ("graph",),
             GRAPH_BUCKETS,
         ),
-        batch_requests=histogram(
+        "batch_requests": make.histogram(
             "iabma_batch_requests",
             "Requests merged into one graph run by dynamic batching.",
             (),
             BATCH_BUCKETS,
         ),
-        batch_waits=counter(
+        "batch_waits": make.counter(
             "iabma_batch_waits_total",
             "Graph runs that waited for requests in flight (IABMA_BATCH_WAIT_MS).",
         ),
-        gate_weight=histogram(
+        "gate_weight": make.histogram(
             "iabma_gate_weight",
             "Gate weight of each expert per predicted row.",
             ("expert",),
             WEIGHT_BUCKETS,
         ),
-        audit_depth=Gauge(
+    }
+
+
+def _audit_families(make: _Maker) -> dict[str, Any]:
+    return {
+        "audit_depth": make.gauge(
             "iabma_audit_queue_depth",
             "Audit records waiting for, or inside, a commit (all live workers).",
-            MODEL_LABELS,
-            multiprocess_mode="livesum",
-            registry=None,
+            "livesum",
         ),
-        audit_commit_seconds=histogram(
+        "audit_commit_seconds": make.histogram(
             "iabma_audit_commit_duration_seconds",
             "Time of one group commit of audit records.",
             (),
             LATENCY_BUCKETS,
         ),
-        audit_records=counter("iabma_audit_records_total", "Audit records committed."),
-        audit_failures=counter(
+        "audit_records": make.counter("iabma_audit_records_total", "Audit records committed."),
+        "audit_failures": make.counter(
             "iabma_audit_failures_total", "Group commits that failed (their requests got 503)."
         ),
-        reloads=counter(
+    }
+
+
+def _model_families(make: _Maker) -> dict[str, Any]:
+    return {
+        "reloads": make.counter(
             "iabma_reloads_total",
             "Bundle loads after start-up by outcome: ok, or refused (failed verification).",
             ("outcome",),
         ),
-        served=Gauge(
+        "served": make.gauge(
             "iabma_model_served",
             "1 for the version each live worker (pid) serves, 0 for versions it served before.",
-            MODEL_LABELS,
-            multiprocess_mode="liveall",
-            registry=None,
+            "liveall",
         ),
-        refused=Gauge(
+        "refused": make.gauge(
             "iabma_model_refused",
             "1 while LATEST names a version this worker refused; the error is in the log "
             "and in GET /models.",
-            MODEL_LABELS,
-            multiprocess_mode="liveall",
-            registry=None,
+            "liveall",
         ),
-        feedback=counter(
+        "feedback": make.counter(
             "iabma_feedback_total",
             "Outcomes posted to POST /feedback by result: accepted, duplicate (stored before "
             "with the same value), or rejected (their request was refused whole); labelled "
             "with the version that served the row (rejected: the serving version).",
             ("result",),
         ),
-        realised_nll=Summary(
+        "realised_nll": make.summary(
             "iabma_realised_nll",
             "Realised NLL of each accepted outcome under what was served, per expert and for "
             'the mixture (expert="mixture"); rate(_sum) / rate(_count) is the mean.',
-            (*MODEL_LABELS, "expert"),
-            registry=None,
+            ("expert",),
         ),
-        drift_window=Gauge(
+        "drift_window": make.gauge(
             "iabma_weight_window_rows",
             "Rows served in the drift window (IABMA_DRIFT_WINDOW_SECONDS) by expert and bin of "
             "its gate weight (bin: the bin's upper edge), all live workers; "
             "iabma_weight_drift compares them with the training rows.",
-            (*MODEL_LABELS, "expert", "bin"),
-            multiprocess_mode="livesum",
-            registry=None,
+            "livesum",
+            ("expert", "bin"),
         ),
-        gc_collections=gc_counter(
+    }
+
+
+def _gc_families(make: _Maker) -> dict[str, Any]:
+    return {
+        "gc_collections": make.gc_counter(
             "python_gc_collections_total", "Collections of each generation, all workers."
         ),
-        gc_collected=gc_counter(
+        "gc_collected": make.gc_counter(
             "python_gc_objects_collected_total", "Objects collected by the GC, all workers."
         ),
-        gc_uncollectable=gc_counter(
+        "gc_uncollectable": make.gc_counter(
             "python_gc_objects_uncollectable_total",
             "Uncollectable objects found by the GC, all workers.",
         ),
-    )
+    }

@@ -118,29 +118,8 @@ def run_quality(
     dict
         The content of ``results.json``.
     """
-    if (dataset is None) == (csv is None):
-        raise ParameterError("dataset", dataset, "needs exactly one of a dataset name or a CSV")
-    if dataset is not None and dataset not in DATASETS:
-        raise ParameterError("dataset", dataset, f"must be one of {list(DATASETS)}")
-    if isinstance(reps, bool) or not isinstance(reps, int) or reps < 1:
-        raise ParameterError("reps", reps, "must be a positive integer")
     methods = check_methods(list(methods))
-    data, csv_id, name = None, "", str(dataset)
-    if csv is not None:
-        data, csv_id = csv.load()
-        name = Path(csv.path).stem
-    key = "csv" if csv is not None else config_key(name)
-    check_config(config, key, paper_literal)
-    if paper_literal:
-        # The appendix's simulation experts too; the protocol is part of the cache key.
-        config = {**config, "protocol": {**config["protocol"], "simulation_circles": "paper"}}
-    if config["protocol"].get("simulation_circles") not in ("fitted", "paper"):
-        raise ParameterError(
-            "protocol.simulation_circles",
-            config["protocol"].get("simulation_circles"),
-            "must be 'fitted' or 'paper'",
-        )
-
+    data, csv_id, name, key, config = _checked(dataset, reps, config, csv, paper_literal)
     t_start = time.perf_counter()
     got = _Collected()
     bar = tqdm(total=reps * len(methods), desc=name, unit="fit", disable=not progress)
@@ -197,6 +176,39 @@ def run_quality(
     write_outputs(out, results, details, markdown)
     _plots(out, name, rd, got)
     return results
+
+
+def _checked(
+    dataset: str | None,
+    reps: int,
+    config: dict[str, Any],
+    csv: CsvSource | None,
+    paper_literal: bool,
+) -> tuple[Any, str, str, str, dict[str, Any]]:
+    """The checked arguments: the CSV's data and id (if any), the run's name, its config
+    key, and the config as the run uses it."""
+    if (dataset is None) == (csv is None):
+        raise ParameterError("dataset", dataset, "needs exactly one of a dataset name or a CSV")
+    if dataset is not None and dataset not in DATASETS:
+        raise ParameterError("dataset", dataset, f"must be one of {list(DATASETS)}")
+    if isinstance(reps, bool) or not isinstance(reps, int) or reps < 1:
+        raise ParameterError("reps", reps, "must be a positive integer")
+    data, csv_id, name = None, "", str(dataset)
+    if csv is not None:
+        data, csv_id = csv.load()
+        name = Path(csv.path).stem
+    key = "csv" if csv is not None else config_key(name)
+    check_config(config, key, paper_literal)
+    if paper_literal:
+        # The appendix's simulation experts too; the protocol is part of the cache key.
+        config = {**config, "protocol": {**config["protocol"], "simulation_circles": "paper"}}
+    if config["protocol"].get("simulation_circles") not in ("fitted", "paper"):
+        raise ParameterError(
+            "protocol.simulation_circles",
+            config["protocol"].get("simulation_circles"),
+            "must be 'fitted' or 'paper'",
+        )
+    return data, csv_id, name, key, config
 
 
 def _details(

@@ -160,7 +160,7 @@ def train_members(
     """
     if (record_val_logits or prune or patience) and validation is None:
         raise ValueError("record_val_logits, prune and patience need validation rows")
-    n, m = log_lik.shape
+    m = log_lik.shape[1]
     K = len(members)
     gen = torch.Generator().manual_seed(int(random_state))
     with torch.no_grad():
@@ -169,55 +169,26 @@ def train_members(
     obj = _Objectives.build(members, log_priors)
     z_t = np.ascontiguousarray(Z, dtype=np.float32)
     l_t = np.ascontiguousarray(log_lik, dtype=np.float32)
-    alive = np.arange(K)
-    history = np.full((epochs, K), np.nan)
-    seen: np.ndarray | None = None
+    track = None
     if validation is not None:
-        zv = np.ascontiguousarray(validation[0], dtype=np.float32)
-        lv = np.ascontiguousarray(validation[1], dtype=np.float32)
-        if steer is None:
-            steer = np.arange(len(zv))
-        if record_val_logits:
-            seen = np.full((epochs, K, len(validation[0]), m), np.nan, dtype=np.float32)
+        track = _Tracker(validation, (epochs, K, m), steer, record_val_logits, prune, patience)
     bar = _progress(epochs, progress)
-    lowest, last_gain, epochs_run = np.full(K, np.inf), np.zeros(K, dtype=int), 0
-    pruned_after: int | None = None
+    alive, epochs_run = np.arange(K), 0
     kept: list[tuple[np.ndarray, list[list[tuple[np.ndarray, np.ndarray]]]]] = []
     for epoch in range(epochs):
-        # One gather per epoch; the minibatches below are then contiguous views.
-        order = torch.randperm(n, generator=gen).numpy()
-        z_e, l_e, lp_e = z_t[order], l_t[order], obj.log_prior[order]
-        for start in range(0, n, batch_size):
-            stop = min(start + batch_size, n)
-            logits, hidden_acts = forward(opt, z_e[start:stop])
-            g = obj.gradient(log_softmax(logits), l_e[start:stop], lp_e[start:stop])
-            g *= -1.0 / (stop - start)
-            backward(opt, g, hidden_acts)
-            opt.step()
+        _one_epoch(opt, obj, z_t, l_t, gen, batch_size)
         epochs_run = epoch + 1
         bar.update(1)
         if snapshots:
             kept.append((alive.copy(), [opt.member_layers(i) for i in range(len(alive))]))
-        if validation is None:
+        if track is None:
             continue
-        val_logits = forward(opt, zv)[0]
-        history[epoch, alive] = _mixture_nll(val_logits, lv)
-        if seen is not None:
-            seen[epoch, alive] = val_logits
-        decide = _mixture_nll(val_logits[:, steer], lv[steer])
-        better = decide < lowest[alive]
-        lowest[alive[better]], last_gain[alive[better]] = decide[better], epoch
-        # Halve at the set epoch, or at the stop if that comes first.
-        if (
-            prune
-            and len(alive) > prune[1]
-            and (epochs_run == prune[0] or _stalled(last_gain[alive], epoch, patience))
-        ):
-            keep = np.sort(np.argsort(lowest[alive])[: prune[1]])
+        keep = track.after_epoch(epoch, alive, forward(opt, track.zv)[0])
+        if keep is not None:
             opt.keep(keep)
             obj.keep(keep)
-            alive, pruned_after = alive[keep], epochs_run
-        if _stalled(last_gain[alive], epoch, patience):
+            alive = alive[keep]
+        if track.stalled(alive, epoch):
             break
     bar.close()
     layers: list[list[tuple[np.ndarray, np.ndarray]] | None] = [None] * K
@@ -230,12 +201,82 @@ def train_members(
         }
     return TrainResult(
         layers=layers,
-        val_nll=history if validation is not None else None,
-        val_logits=seen,
+        val_nll=None if track is None else track.history,
+        val_logits=None if track is None else track.seen,
         epochs_run=epochs_run,
-        pruned_after=pruned_after,
+        pruned_after=None if track is None else track.pruned_after,
         snapshots=snaps,
     )
+
+
+def _one_epoch(
+    opt: FlatAdam,
+    obj: _Objectives,
+    z_t: np.ndarray,
+    l_t: np.ndarray,
+    gen: torch.Generator,
+    batch_size: int,
+) -> None:
+    """One pass over the rows in a fresh order, a step per minibatch."""
+    n = len(z_t)
+    # One gather per epoch; the minibatches below are then contiguous views.
+    order = torch.randperm(n, generator=gen).numpy()
+    z_e, l_e, lp_e = z_t[order], l_t[order], obj.log_prior[order]
+    for start in range(0, n, batch_size):
+        stop = min(start + batch_size, n)
+        logits, hidden_acts = forward(opt, z_e[start:stop])
+        g = obj.gradient(log_softmax(logits), l_e[start:stop], lp_e[start:stop])
+        g *= -1.0 / (stop - start)
+        backward(opt, g, hidden_acts)
+        opt.step()
+
+
+class _Tracker:
+    """The validation rows' NLL per epoch and member, and the pruning and stopping it
+    decides (see ``train_members``)."""
+
+    def __init__(
+        self,
+        validation: tuple[np.ndarray, np.ndarray],
+        shape: tuple[int, int, int],
+        steer: np.ndarray | None,
+        record_val_logits: bool,
+        prune: tuple[int, int] | None,
+        patience: int | None,
+    ) -> None:
+        epochs, K, m = shape
+        self.zv = np.ascontiguousarray(validation[0], dtype=np.float32)
+        self.lv = np.ascontiguousarray(validation[1], dtype=np.float32)
+        self.steer = np.arange(len(self.zv)) if steer is None else steer
+        self.history = np.full((epochs, K), np.nan)
+        self.seen = (
+            np.full((epochs, K, len(self.zv), m), np.nan, dtype=np.float32)
+            if record_val_logits
+            else None
+        )
+        self.lowest, self.last_gain = np.full(K, np.inf), np.zeros(K, dtype=int)
+        self.prune, self.patience = prune, patience
+        self.pruned_after: int | None = None
+
+    def after_epoch(
+        self, epoch: int, alive: np.ndarray, val_logits: np.ndarray
+    ) -> np.ndarray | None:
+        """Score the epoch; the positions among ``alive`` to keep when it prunes."""
+        self.history[epoch, alive] = _mixture_nll(val_logits, self.lv)
+        if self.seen is not None:
+            self.seen[epoch, alive] = val_logits
+        decide = _mixture_nll(val_logits[:, self.steer], self.lv[self.steer])
+        better = decide < self.lowest[alive]
+        self.lowest[alive[better]], self.last_gain[alive[better]] = decide[better], epoch
+        # Halve at the set epoch, or at the stop if that comes first.
+        p = self.prune
+        if p and len(alive) > p[1] and (epoch + 1 == p[0] or self.stalled(alive, epoch)):
+            self.pruned_after = epoch + 1
+            return np.sort(np.argsort(self.lowest[alive])[: p[1]])
+        return None
+
+    def stalled(self, alive: np.ndarray, epoch: int) -> bool:
+        return _stalled(self.last_gain[alive], epoch, self.patience)
 
 
 def _stalled(last_gain: np.ndarray, epoch: int, patience: int | None) -> bool:
