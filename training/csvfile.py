@@ -125,34 +125,7 @@ def read_text_frame(
         raise CsvError(path, "is empty")
     text = _decode(path, raw, encoding)
     delimiter = sniff_delimiter(text)
-    try:
-        header = next(csv.reader(io.StringIO(text), delimiter=delimiter))
-    except (csv.Error, StopIteration) as exc:
-        raise CsvError(path, f"has no readable header: {exc}") from None
-    seen: set[str] = set()
-    for name in header:
-        if name != "" and name in seen:
-            raise CsvError(path, "appears twice in the header; column names must be unique", name)
-        seen.add(name)
-    names = _unnamed(header)
-    spaced = [n for n in names if n != n.strip()]
-    if spaced:
-        warnings.warn(
-            f"{path}: column names {spaced} begin or end with spaces, which clients must "
-            "send too; rename them in the file if that is not meant",
-            DataWarning,
-            stacklevel=2,
-        )
-    # A no-break space or a tab looks like a space, and clients type a space.
-    odd = [n for n in names if any(ch.isspace() and ch != " " for ch in n.strip())]
-    if odd:
-        warnings.warn(
-            f"{path}: column names {odd} hold spaces other than the plain one (no-break "
-            "spaces, tabs), which clients must send exactly; rename them in the file if "
-            "that is not meant",
-            DataWarning,
-            stacklevel=2,
-        )
+    header, names = _header(path, text, delimiter)
     _check_widths(path, text, delimiter, len(header))
     try:
         with warnings.catch_warnings():
@@ -177,6 +150,40 @@ def read_text_frame(
     if len(df) == 0:
         raise CsvError(path, "has a header but no data rows")
     return df, delimiter
+
+
+def _header(path: Path, text: str, delimiter: str) -> tuple[list[str], list[str]]:
+    """The header as written, and the column names (unnamed ones named); warns of names
+    that clients could not type as they are."""
+    try:
+        header = next(csv.reader(io.StringIO(text), delimiter=delimiter))
+    except (csv.Error, StopIteration) as exc:
+        raise CsvError(path, f"has no readable header: {exc}") from None
+    seen: set[str] = set()
+    for name in header:
+        if name != "" and name in seen:
+            raise CsvError(path, "appears twice in the header; column names must be unique", name)
+        seen.add(name)
+    names = _unnamed(header)
+    spaced = [n for n in names if n != n.strip()]
+    if spaced:
+        warnings.warn(
+            f"{path}: column names {spaced} begin or end with spaces, which clients must "
+            "send too; rename them in the file if that is not meant",
+            DataWarning,
+            stacklevel=3,
+        )
+    # A no-break space or a tab looks like a space, and clients type a space.
+    odd = [n for n in names if any(ch.isspace() and ch != " " for ch in n.strip())]
+    if odd:
+        warnings.warn(
+            f"{path}: column names {odd} hold spaces other than the plain one (no-break "
+            "spaces, tabs), which clients must send exactly; rename them in the file if "
+            "that is not meant",
+            DataWarning,
+            stacklevel=3,
+        )
+    return header, names
 
 
 def _unnamed(header: list[str]) -> list[str]:
