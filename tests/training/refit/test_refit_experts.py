@@ -1,0 +1,316 @@
+"""``iabma refit --add-expert/--retire-expert/--exclude-poster`` on real trails: a team's
+model joins a served regression bundle from the inputs the trail kept (or a checked CSV),
+an expert leaves it, and a poster's outcomes are left out; the staged versions serve."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from app.bundle.loader import open_bundle
+from app.bundle.pointer import current
+from app.cli.main import main
+from tests.support.bundles import make_settings
+from tests.support.harness import AsgiHarness
+from tests.training.refit.conftest import ADDED_COLUMNS, RegWorld
+
+
+def refit(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    code = main(["refit", "--quiet", *args])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def versions(store: Path) -> list[str]:
+    return sorted(p.name for p in (store / "reg").iterdir() if p.name[0].isdigit())
+
+
+def staged(store: Path, source: str) -> Path:
+    (new,) = set(versions(store)) - {source}
+    return store / "reg" / new
+
+
+def common(world: RegWorld, store: Path, url: str | None = None) -> list[str]:
+    return ["--store", str(store), "--name", "reg", "--audit-url", url or world.full_url]
+
+
+def assert_kept_bytes(old: Path, new: Path, names: list[str]) -> None:
+    """The experts ``names`` of ``new`` are ``old``'s files, byte for byte."""
+    old_m, new_m = open_bundle(old).manifest, open_bundle(new).manifest
+    for name in names:
+        (a,) = [e for e in old_m.experts if e.name == name]
+        (b,) = [e for e in new_m.experts if e.name == name]
+        assert (new / b.file).read_bytes() == (old / a.file).read_bytes()
+        assert b.sha256 == a.sha256 and b.sigma == a.sigma
+
+
+def serve(store: Path, version: str, tmp_path: Path, rows: list[dict[str, Any]]) -> Any:
+    """Promote ``version``, then answer ``rows`` through the app."""
+    assert main(["promote", "--store", str(store), "--name", "reg", version]) == 0
+    with AsgiHarness(make_settings(store, tmp_path / "serve", "reg")) as app:
+        r = app.post("/predict", json={"instances": rows})
+        assert r.status_code == 200, r.text
+        return r.json()
+
+
+def test_an_added_expert_joins_from_the_kept_inputs_and_serves(
+    reg_world: RegWorld, reg_store: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, err = refit(
+        capsys, *common(reg_world, reg_store), "--add-expert", f"gbm={reg_world.added}"
+    )
+    assert code == 0, err
+    assert current(reg_store / "reg") == reg_world.version, "staged, not published"
+    new, old = staged(reg_store, reg_world.version), reg_store / "reg" / reg_world.version
+    manifest = open_bundle(new).manifest
+    assert manifest.expert_names == ["ridge", "forest", "knn", "gbm"]
+    assert_kept_bytes(old, new, ["ridge", "forest", "knn"])
+    (gbm,) = [e for e in manifest.experts if e.name == "gbm"]
+    assert gbm.kind == "onnx" and gbm.output_units == "original"
+    assert sorted(manifest.feature(c).input for c in ADDED_COLUMNS) == sorted(gbm.inputs)
+    provenance = manifest.training["refit"]
+    assert provenance["inputs"] == "trail", "no CSV: the trail kept the inputs"
+    assert provenance["experts_added"][0]["name"] == "gbm"
+    assert provenance["experts_retired"] == []
+    assert "expert added: gbm from" in out and "sigma" in out
+
+    # Its spread comes from the fitting rows only: the rows served before the held-out ones.
+    X = pd.DataFrame([row for rows in reg_world.sent.values() for row in rows])
+    mu = reg_world.added_model.predict(X)
+    y = np.asarray(reg_world.y)
+    scale, mean = manifest.target.scale, manifest.target.mean
+    assert scale is not None and mean is not None
+    resid = (mu - y) / scale
+    n_fit = provenance["n_fit"]
+    assert gbm.sigma == pytest.approx(np.sqrt(np.mean(resid[:n_fit] ** 2)), rel=1e-4)
+    assert gbm.sigma != pytest.approx(np.sqrt(np.mean(resid**2)), rel=1e-3)
+
+    answer = serve(reg_store, new.name, tmp_path, reg_world.sent["q0"][:5])
+    for item, want in zip(answer["predictions"], mu[:5], strict=True):
+        assert sorted(item["experts"]) == ["forest", "gbm", "knn", "ridge"]
+        assert item["experts"]["gbm"]["mean"] == pytest.approx(want, rel=1e-5)
+
+
+def test_a_retired_expert_leaves_a_two_expert_version_that_serves(
+    reg_world: RegWorld, reg_store: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, err = refit(capsys, *common(reg_world, reg_store), "--retire-expert", "knn")
+    assert code == 0, err
+    new, old = staged(reg_store, reg_world.version), reg_store / "reg" / reg_world.version
+    manifest = open_bundle(new).manifest
+    assert manifest.expert_names == ["ridge", "forest"]
+    assert_kept_bytes(old, new, ["ridge", "forest"])
+    assert not any("knn" in p.name for p in (new / "experts").iterdir())
+    assert manifest.training["refit"]["experts_retired"] == ["knn"]
+    assert "expert retired: knn" in out
+    assert manifest.gate.weight_histogram is not None
+    assert sorted(manifest.gate.weight_histogram.counts) == ["forest", "ridge"]
+    answer = serve(reg_store, new.name, tmp_path, reg_world.sent["q1"][:3])
+    assert [sorted(item["experts"]) for item in answer["predictions"]] == [["forest", "ridge"]] * 3
+
+
+def test_promote_if_better_judges_a_changed_set_like_any_refit(
+    reg_world: RegWorld, reg_store: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, err = refit(
+        capsys, *common(reg_world, reg_store), "--add-expert", f"gbm={reg_world.added}",
+        "--retire-expert", "ridge", "--promote-if-better",
+    )  # fmt: skip
+    assert code == 0, err
+    new = staged(reg_store, reg_world.version)
+    provenance = open_bundle(new).manifest.training["refit"]
+    better = provenance["difference"] < -provenance["se_difference"]
+    assert (current(reg_store / "reg") == new.name) == better, out
+    assert open_bundle(new).manifest.expert_names == ["forest", "knn", "gbm"]
+
+
+def test_a_trail_of_hashes_takes_the_added_experts_inputs_from_a_checked_csv(
+    reg_world: RegWorld, reg_store: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = [
+        *common(reg_world, reg_store, reg_world.hash_url),
+        "--add-expert",
+        f"gbm={reg_world.added}",
+    ]
+    code, _, err = refit(capsys, *args)
+    assert code == 2 and err.count("\n") == 1
+    assert f"--add-expert='gbm={reg_world.added}'" in err and "--csv" in err
+    frame = pd.concat([pd.DataFrame(r).assign(rid=k) for k, r in reg_world.sent.items()])
+    frame.to_csv(tmp_path / "inputs.csv", index=False)
+    code, _, err = refit(capsys, *args, "--csv", str(tmp_path / "inputs.csv"), "--id-column", "rid")
+    assert code == 0, err
+    manifest = open_bundle(staged(reg_store, reg_world.version)).manifest
+    assert manifest.expert_names[-1] == "gbm" and manifest.training["refit"]["inputs"] == "csv"
+
+
+def posters(url: str) -> dict[str, int]:
+    with sqlite3.connect(url.removeprefix("sqlite:///")) as conn:
+        return dict(conn.execute("select poster, count(*) from iabma_outcomes group by poster"))
+
+
+def test_an_excluded_posters_outcomes_are_left_out_exactly(
+    reg_world: RegWorld, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import shutil
+
+    counts = posters(reg_world.full_url)
+    assert len(counts) == 2
+    other = min(counts, key=counts.__getitem__)  # every fifth request's poster
+    rows = {}
+    for excluded in ([], ["--exclude-poster", other]):
+        store = Path(shutil.copytree(reg_world.store, tmp_path / f"s{len(excluded)}"))
+        code, out, err = refit(capsys, *common(reg_world, store), *excluded)
+        assert code == 0, err
+        provenance = open_bundle(staged(store, reg_world.version)).manifest.training["refit"]
+        rows[len(excluded)] = provenance["rows"]
+    assert rows[0] - rows[2] == counts[other] > 0
+    assert provenance["excluded_rows"] == counts[other]
+    assert provenance["excluded_posters"] == {other: counts[other]}
+    assert f"excluded {counts[other]:,} outcome rows posted by {other} ({counts[other]:,})" in out
+
+
+def late_graph() -> Any:
+    """``age`` plus zeros shaped like it, at opset 21, where onnx has no way back to 17 for
+    ConstantOfShape."""
+    from onnx import TensorProto, helper
+
+    nodes = [
+        helper.make_node("Shape", ["age"], ["shape"]),
+        helper.make_node("ConstantOfShape", ["shape"], ["zeros"]),
+        helper.make_node("Add", ["age", "zeros"], ["y"]),
+    ]
+    graph = helper.make_graph(
+        nodes, "late",
+        [helper.make_tensor_value_info("age", TensorProto.FLOAT, [None, 1])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [None, 1])],
+    )  # fmt: skip
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)], ir_version=10)
+
+
+@pytest.mark.parametrize(
+    ("extra", "said"),
+    [
+        (["--retire-expert", "lasso"], "--retire-expert='lasso' is not an expert of the bundle"),
+        (["--add-expert", "ridge={added}"], "--add-expert='ridge' is already an expert"),
+        (["--add-expert", "gbm"], "--add-expert='gbm' must be NAME=SOURCE"),
+        (["--add-expert", "=x.onnx"], "--add-expert='=x.onnx' must be NAME=SOURCE"),
+        (["--add-expert", "g/b=x.onnx"], "--add-expert='g/b=x.onnx' expert name"),
+        (["--add-expert", "gbm=nowhere.onnx"], "'gbm=nowhere.onnx' is not an existing file"),
+        (["--add-expert", "gbm=model.pkl"], "'gbm=model.pkl' must name an .onnx file"),
+        (["--add-expert", "gbm={wide}"], "reads inputs ['input'] that are not features"),
+        (["--add-expert", "gbm={late}"], "(opset 21) cannot be brought to opset 17"),
+        (
+            ["--add-expert", "a={added}", "--add-expert", "a={added}"],
+            "--add-expert='a' is given twice",
+        ),
+        (
+            ["--retire-expert", "knn", "--retire-expert", "ridge"],
+            "--retire-expert='knn,ridge' would leave 1 expert; a bundle needs at least 2",
+        ),
+        (["--exclude-poster", "alice"], "--exclude-poster='alice' is not a poster"),
+    ],
+)
+def test_bad_expert_and_poster_options_are_one_line_naming_them(
+    reg_world: RegWorld,
+    reg_store: Path,
+    tmp_path: Path,
+    extra: list[str],
+    said: str,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from skl2onnx import convert_sklearn
+    from skl2onnx.common.data_types import FloatTensorType
+    from sklearn.linear_model import LinearRegression
+
+    wide = tmp_path / "wide.onnx"  # one (n, 10) tensor, as skl2onnx writes by default
+    X = np.random.default_rng(0).normal(size=(30, 10))
+    model = LinearRegression().fit(X, X.sum(axis=1))
+    onx = convert_sklearn(model, initial_types=[("input", FloatTensorType([None, 10]))])
+    wide.write_bytes(onx.SerializeToString())
+    late = tmp_path / "late.onnx"
+    late.write_bytes(late_graph().SerializeToString())
+    filled = [a.format(added=reg_world.added, wide=wide, late=late) for a in extra]
+    code, _, err = refit(capsys, *common(reg_world, reg_store), *filled)
+    assert code == 2, err
+    assert err.count("\n") == 1 and said.format(added=reg_world.added) in err, err
+    assert versions(reg_store) == [reg_world.version]
+
+
+def test_the_staged_manifest_names_the_added_experts_source(
+    reg_world: RegWorld, reg_store: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import hashlib
+
+    code, _, err = refit(
+        capsys, *common(reg_world, reg_store), "--add-expert", f"gbm={reg_world.added}"
+    )
+    assert code == 0, err
+    new = staged(reg_store, reg_world.version)
+    record = json.loads((new / "manifest.json").read_text())["training"]["refit"]
+    (added,) = record["experts_added"]
+    assert added == {
+        "name": "gbm",
+        "uri": str(reg_world.added),
+        "format": "onnx",
+        "sha256": hashlib.sha256(reg_world.added.read_bytes()).hexdigest(),
+    }
+
+
+def classifier_onnx(path: Path, zipmap: bool) -> Any:
+    """A logistic regression on the simulation's two columns, written as skl2onnx does
+    (with ZipMap, or the probabilities as a tensor); the fitted model."""
+    from skl2onnx import convert_sklearn
+    from skl2onnx.common.data_types import FloatTensorType
+    from sklearn.compose import ColumnTransformer
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.pipeline import Pipeline
+    from sklearn.preprocessing import PolynomialFeatures
+
+    from training.datasets import simulate
+
+    train = simulate(500, 11)
+    keep = ColumnTransformer([("keep", "passthrough", ["x1", "x2"])])
+    steps = [("columns", keep), ("poly", PolynomialFeatures(2))]
+    model = Pipeline([*steps, ("logit", LogisticRegression(max_iter=500))])
+    model.fit(train.X, train.y)
+    types = [(c, FloatTensorType([None, 1])) for c in ("x1", "x2")]
+    options = None if zipmap else {id(model): {"zipmap": False}}
+    opset = {"": 17, "ai.onnx.ml": 3}  # the served graph's; later ones may not convert down
+    onx = convert_sklearn(model, initial_types=types, options=options, target_opset=opset)
+    path.write_bytes(onx.SerializeToString())
+    return model
+
+
+def test_a_classifier_joins_a_five_expert_bundle_with_its_probabilities(
+    world: Any, store: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from training.datasets import simulate
+
+    model = classifier_onnx(tmp_path / "logit.onnx", zipmap=False)
+    args = ["--store", str(store), "--name", "demo", "--audit-url", world.full_url]
+    code, _, err = refit(capsys, *args, "--add-expert", f"logit={tmp_path / 'logit.onnx'}")
+    assert code == 0, err
+    (new,) = [
+        p for p in (store / "demo").iterdir() if p.name[0].isdigit() and p.name != world.version
+    ]
+    old = store / "demo" / world.version
+    bundle = open_bundle(new)
+    names = open_bundle(old).manifest.expert_names
+    assert bundle.manifest.expert_names == [*names, "logit"]
+    assert_kept_bytes(old, new, names)
+    X = simulate(50, 123).X
+    feeds = {f.input: X[[f.name]].to_numpy(np.float32) for f in bundle.manifest.features}
+    (experts,) = bundle.session.run(["expert_probabilities"], feeds)
+    assert np.abs(experts[:, -1] - model.predict_proba(X)).max() < 1e-5
+
+    zipped = tmp_path / "zipped.onnx"
+    classifier_onnx(zipped, zipmap=True)
+    code, _, err = refit(capsys, *args, "--add-expert", f"logit={zipped}")
+    assert code == 2 and err.count("\n") == 1
+    assert f"--add-expert='logit={zipped}'" in err and "zipmap=False" in err
