@@ -31,6 +31,10 @@ from training.onnx_graph import OPSET
 # What a bundle's manifest accepts (app.bundle.manifest.Manifest): a gate over one expert
 # would have nothing to weigh.
 MIN_EXPERTS = 2
+# Rows per run of the added graph, as for the served one (training.refit.gate.CHUNK_ROWS).
+CHUNK_ROWS = 8192
+# How far a float32 graph's probabilities may stray from [0, 1] and a sum of 1.
+PROBA_SLACK = 1e-3
 # onnxruntime's element types that a float32 feature column is cast to before a graph reads
 # it (the fused graph casts the same way: training.export.ensemble.add_expert).
 _NUMERIC = {
@@ -56,26 +60,49 @@ class AddedExpert:
         return [i.name for i in self.model.graph.input]
 
     def run(self, columns: Columns, task: str, n_classes: int) -> np.ndarray:
-        """Its outputs on the served feature columns: probabilities ``(n, C)``, clipped as
-        the fused graph clips them, or means ``(n,)`` in the target's units."""
+        """Its outputs on the served feature columns, ``CHUNK_ROWS`` at a time:
+        probabilities ``(n, C)``, clipped as the fused graph clips them, or means ``(n,)``
+        in the target's units. Refuses outputs of another shape, non-finite ones, and
+        "probabilities" that are not."""
         session = ort.InferenceSession(
             self.model.SerializeToString(), providers=["CPUExecutionProvider"]
         )
-        feeds = {}
-        for i in session.get_inputs():
-            cast = _NUMERIC.get(i.type)
-            feeds[i.name] = columns[i.name] if cast is None else columns[i.name].astype(cast)
-        (out,) = session.run([self.output], feeds)
-        arr = np.asarray(out, dtype=np.float64)
         n = next(iter(columns.values())).shape[0]
-        if task == "regression":
-            if arr.size != n:
-                raise self.fault(f"outputs shape {arr.shape}, expected one number per row")
-            return arr.reshape(-1)
-        if arr.shape != (n, n_classes):
+        parts = []
+        for start in range(0, max(n, 1), CHUNK_ROWS):
+            feeds = {}
+            for i in session.get_inputs():
+                col = columns[i.name][start : start + CHUNK_ROWS]
+                cast = _NUMERIC.get(i.type)
+                feeds[i.name] = col if cast is None else col.astype(cast)
+            try:
+                (out,) = session.run([self.output], feeds)
+            except Exception as exc:  # onnxruntime raises its own untyped errors
+                raise self.fault(f"fails on the outcome rows: {str(exc).splitlines()[0]}") from None
+            rows, got = min(CHUNK_ROWS, n - start), np.asarray(out, dtype=np.float64)
+            if got.ndim == 0 or got.shape[0] != rows:
+                raise self.fault(f"outputs shape {got.shape} for {rows} rows")
+            parts.append(got.reshape(rows, -1))
+        arr = np.concatenate(parts)
+        bad = np.flatnonzero(~np.isfinite(arr).all(axis=1))
+        if bad.size:
             raise self.fault(
-                f"outputs shape {arr.shape}, expected (n, {n_classes}) probabilities in the "
-                "bundle's class order"
+                f"gives non-finite outputs on {bad.size} of {n} outcome rows (the first: "
+                f"row {bad[0]} of the window, oldest first)"
+            )
+        if task == "regression":
+            if arr.shape[1] != 1:
+                raise self.fault(f"outputs {arr.shape[1]} values per row, expected one number")
+            return arr.reshape(-1)
+        if arr.shape[1] != n_classes:
+            raise self.fault(
+                f"outputs {arr.shape[1]} values per row, expected {n_classes} probabilities "
+                "in the bundle's class order"
+            )
+        if arr.min() < -PROBA_SLACK or np.abs(arr.sum(axis=1) - 1).max() > PROBA_SLACK:
+            raise self.fault(
+                "outputs values that are not probabilities (each row in [0, 1], summing to "
+                "1): export the classifier's probabilities, not its scores"
             )
         return clip_proba(arr)
 
@@ -129,17 +156,22 @@ def load_added(text: str, manifest: Manifest) -> AddedExpert:
     name, uri = parse_added(text)
     model, source = load_graph(name, uri)
     by_name = {f.name: f.input for f in manifest.features}
-    graph_inputs = set(by_name.values())
+    dtypes = {f.input: f.dtype for f in manifest.features}
     renames: dict[str, str] = {}
     unknown = []
     for inp in model.graph.input:
-        if inp.name in {i.name for i in model.graph.initializer}:
-            continue  # old exporters list initializers among the inputs
-        graph = by_name.get(inp.name) or (inp.name if inp.name in graph_inputs else None)
+        graph = by_name.get(inp.name) or (inp.name if inp.name in dtypes else None)
         if graph is None:
             unknown.append(inp.name)
-        else:
-            renames[inp.name] = graph
+            continue
+        renames[inp.name] = graph
+        text_input = inp.type.tensor_type.elem_type == onnx.TensorProto.STRING
+        if text_input != (dtypes[graph] == "string"):
+            raise ParameterError(
+                "--add-expert", text, f"reads {inp.name!r} as "
+                f"{'text' if text_input else 'numbers'}, and the bundle's column is "
+                f"{'categorical' if dtypes[graph] == 'string' else 'numeric'}",
+            )  # fmt: skip
     if unknown or not renames:
         raise ParameterError(
             "--add-expert", text,

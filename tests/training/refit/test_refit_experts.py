@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import onnx
 import pandas as pd
 import pytest
 
@@ -175,22 +176,40 @@ def test_an_excluded_posters_outcomes_are_left_out_exactly(
     assert f"excluded {counts[other]:,} outcome rows posted by {other} ({counts[other]:,})" in out
 
 
-def late_graph() -> Any:
-    """``age`` plus zeros shaped like it, at opset 21, where onnx has no way back to 17 for
-    ConstantOfShape."""
+def hand_graph(
+    nodes: list[tuple[str, list[str], list[str]]],
+    inputs: list[str],
+    width: int = 1,
+    opset: int = 17,
+    text: bool = False,
+) -> Any:
+    """A small ONNX graph of ``nodes`` (op, inputs, outputs) reading ``inputs`` as (n, 1)
+    columns (text ones with ``text``), answering ``y`` of ``width`` values per row."""
     from onnx import TensorProto, helper
 
-    nodes = [
-        helper.make_node("Shape", ["age"], ["shape"]),
-        helper.make_node("ConstantOfShape", ["shape"], ["zeros"]),
-        helper.make_node("Add", ["age", "zeros"], ["y"]),
-    ]
+    kind = TensorProto.STRING if text else TensorProto.FLOAT
     graph = helper.make_graph(
-        nodes, "late",
-        [helper.make_tensor_value_info("age", TensorProto.FLOAT, [None, 1])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [None, 1])],
+        [helper.make_node(op, ins, outs) for op, ins, outs in nodes], "hand",
+        [helper.make_tensor_value_info(c, kind, [None, 1]) for c in inputs],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [None, width])],
     )  # fmt: skip
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)], ir_version=10)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], ir_version=8)
+
+
+HAND = {
+    # Opset 21, where onnx has no way back to 17 for ConstantOfShape.
+    "late": hand_graph(
+        [
+            ("Shape", ["age"], ["s"]),
+            ("ConstantOfShape", ["s"], ["z"]),
+            ("Add", ["age", "z"], ["y"]),
+        ],
+        ["age"],
+        opset=21,
+    ),
+    "infinite": hand_graph([("Sub", ["age", "age"], ["z"]), ("Div", ["age", "z"], ["y"])], ["age"]),
+    "text": hand_graph([("Identity", ["age"], ["y"])], ["age"], text=True),
+}
 
 
 @pytest.mark.parametrize(
@@ -205,6 +224,8 @@ def late_graph() -> Any:
         (["--add-expert", "gbm=model.pkl"], "'gbm=model.pkl' must name an .onnx file"),
         (["--add-expert", "gbm={wide}"], "reads inputs ['input'] that are not features"),
         (["--add-expert", "gbm={late}"], "(opset 21) cannot be brought to opset 17"),
+        (["--add-expert", "gbm={infinite}"], "gives non-finite outputs on 292 of 292"),
+        (["--add-expert", "gbm={text}"], "reads 'age' as text, and the bundle's column is numeric"),
         (
             ["--add-expert", "a={added}", "--add-expert", "a={added}"],
             "--add-expert='a' is given twice",
@@ -233,9 +254,11 @@ def test_bad_expert_and_poster_options_are_one_line_naming_them(
     model = LinearRegression().fit(X, X.sum(axis=1))
     onx = convert_sklearn(model, initial_types=[("input", FloatTensorType([None, 10]))])
     wide.write_bytes(onx.SerializeToString())
-    late = tmp_path / "late.onnx"
-    late.write_bytes(late_graph().SerializeToString())
-    filled = [a.format(added=reg_world.added, wide=wide, late=late) for a in extra]
+    hand = {}
+    for key, graph in HAND.items():
+        hand[key] = tmp_path / f"{key}.onnx"
+        hand[key].write_bytes(graph.SerializeToString())
+    filled = [a.format(added=reg_world.added, wide=wide, **hand) for a in extra]
     code, _, err = refit(capsys, *common(reg_world, reg_store), *filled)
     assert code == 2, err
     assert err.count("\n") == 1 and said.format(added=reg_world.added) in err, err
@@ -314,3 +337,10 @@ def test_a_classifier_joins_a_five_expert_bundle_with_its_probabilities(
     code, _, err = refit(capsys, *args, "--add-expert", f"logit={zipped}")
     assert code == 2 and err.count("\n") == 1
     assert f"--add-expert='logit={zipped}'" in err and "zipmap=False" in err
+    scores = tmp_path / "scores.onnx"  # two numbers a row, but not probabilities
+    graph = hand_graph([("Concat", ["x1", "x2"], ["y"])], ["x1", "x2"], width=2)
+    graph.graph.node[0].attribute.append(onnx.helper.make_attribute("axis", 1))
+    scores.write_bytes(graph.SerializeToString())
+    code, _, err = refit(capsys, *args, "--add-expert", f"logit={scores}")
+    assert code == 2 and err.count("\n") == 1
+    assert f"--add-expert='logit={scores}'" in err and "not probabilities" in err
