@@ -145,6 +145,16 @@ def write_experts(refit: GateRefit, source: Path, tmp: Path) -> list[ExpertEntry
     return entries
 
 
+def _training(refit: GateRefit) -> dict[str, Any]:
+    """The source's training record, its per-expert counts kept to the refit's experts (an
+    added ONNX file is used as is: no row of it is tied)."""
+    out = dict(refit.manifest_.training)
+    tied = out.get("expert_tied_rows")
+    if isinstance(tied, dict):
+        out["expert_tied_rows"] = {n: tied.get(n, 0) for n in refit.expert_names_}
+    return out
+
+
 def write_refit(
     refit: GateRefit,
     store: Path,
@@ -188,7 +198,7 @@ def write_refit(
                     update={"sha256": sha256_file(tmp / old.ensemble.file)}
                 ),
                 "mixture": MixtureSpec(temperature=refit.temperature_),
-                "training": {**old.training, **parity, "refit": provenance},
+                "training": {**_training(refit), **parity, "refit": provenance},
                 "metrics": metrics,
                 "data_fingerprint": data_fingerprint,
                 "library_versions": library_versions(),

@@ -79,6 +79,7 @@ def test_an_added_expert_joins_from_the_kept_inputs_and_serves(
     assert provenance["inputs"] == "trail", "no CSV: the trail kept the inputs"
     assert provenance["experts_added"][0]["name"] == "gbm"
     assert provenance["experts_retired"] == []
+    assert list(manifest.training["expert_tied_rows"]) == manifest.expert_names
     assert "expert added: gbm from" in out and "sigma" in out
 
     # Its spread comes from the fitting rows only: the rows served before the held-out ones.
@@ -109,6 +110,7 @@ def test_a_retired_expert_leaves_a_two_expert_version_that_serves(
     assert_kept_bytes(old, new, ["ridge", "forest"])
     assert not any("knn" in p.name for p in (new / "experts").iterdir())
     assert manifest.training["refit"]["experts_retired"] == ["knn"]
+    assert list(manifest.training["expert_tied_rows"]) == ["ridge", "forest"]
     assert "expert retired: knn" in out
     assert manifest.gate.weight_histogram is not None
     assert sorted(manifest.gate.weight_histogram.counts) == ["forest", "ridge"]
