@@ -209,8 +209,13 @@ def _at_opset(model: onnx.ModelProto, text: str) -> onnx.ModelProto:
 def load_graph(name: str, uri: str, base: Path | None = None) -> tuple[onnx.ModelProto, Source]:
     """The ONNX graph of the model at ``uri``, and its :class:`Source`.
 
-    The one place a source is read: formats other than ONNX join here through
-    ``training.experts.sources.load_source`` once it converts them.
+    The one place a source is read. For the integrator: formats other than ONNX (skops,
+    XGBoost, LightGBM, joblib behind ``--trust-pickle``, ``models:/...``) join here by
+    calling ``training.experts.sources.load_source(uri, base=base, trust_pickle=...,
+    task=manifest.task)``: a Path is read below as it is; a fitted object goes through the
+    pre-fitted experts' conversion (features in the bundle's column names, parity
+    checked) and its graph is returned with the same :class:`Source`. Every failure names
+    ``--add-expert`` and ``NAME=SOURCE``.
     """
     path = Path(uri) if base is None or Path(uri).is_absolute() else base / uri
     shown = f"{name}={uri}"
