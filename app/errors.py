@@ -3,7 +3,8 @@
 The logic layer raises these; the HTTP adapters never choose a status themselves. Native
 routes answer ``{"error": {"code", "message", "field"}}`` (plus ``details`` when a request
 has several faults); Open Inference Protocol routes answer ``{"error": "<message>"}``
-and use 400 wherever the native routes would use 400, 415 or 422.
+and use 400 wherever the native routes would use 400, 415 or 422. Commands' refusals
+(:class:`CommandError`) live here too, so training reports its faults without the CLI.
 """
 
 from __future__ import annotations
@@ -235,3 +236,20 @@ def oip_status(status: int) -> int:
 
 def oip_body(exc: ServingError) -> dict[str, str]:
     return {"error": "; ".join(f.text() for f in exc.faults)}
+
+
+class CommandError(Exception):
+    """A bad argument or input file of a command (``iabma ...``, or training's API); the
+    message names it, and the CLI shows it as one line with exit code 2."""
+
+
+class CommandWarning(UserWarning):
+    """Something about the user's input that a command changed or would question."""
+
+
+def option_fault(option: str, value: object, problem: str) -> str:
+    """``--name='x' problem``: the option, its value (cut to 200 characters), the fault."""
+    shown = repr(value)
+    if len(shown) > 200:
+        shown = shown[:197] + "..."
+    return f"{option}={shown} {problem}"

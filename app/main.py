@@ -25,6 +25,7 @@ from app.core.access import KeyRing, Role
 from app.core.drain import install_drain_hook
 from app.core.logs import setup_logging
 from app.core.service import Service
+from app.core.tracing import UNTRACED, Tracing
 from app.core.tracing import from_environment as tracing_from_environment
 from app.errors import StartupRefused
 from app.rest.access import AccessGuard
@@ -147,11 +148,21 @@ def create_app(settings: Settings | None = None) -> ServingApp:
         app.add_middleware(
             Front, service=service, guard=guard, routes=app.routes, cors_origins=origins
         )
-        service.tracing.install(app)
+        _instrument(app, service.tracing)
     else:
         app.front = Front(partial(FastAPI.__call__, app), service, guard, app.routes, origins)
     build_openapi = install_openapi(app, service)
     return app
+
+
+def _instrument(app: FastAPI, tracing: Tracing) -> None:
+    """Start the tracing SDK and give ``app`` its server spans."""
+    from opentelemetry.instrumentation.fastapi import FastAPIInstrumentor
+
+    tracing.start()
+    FastAPIInstrumentor.instrument_app(
+        app, tracer_provider=tracing.provider, excluded_urls=UNTRACED
+    )
 
 
 class ServingApp(FastAPI):

@@ -99,7 +99,7 @@ class Settings(BaseSettings):
     batching: bool = Field(True, description="concurrent small requests share one run of the graph")
     # 0: the requests in flight that a batch waited for were mostly awaiting their audit
     # commit, and cannot join it; REST at 32 connections served 9-19% more without the
-    # wait, gRPC the same (docs/benchmarks.md, "The batch wait, again").
+    # wait, gRPC the same (docs/benchmarks.md, "Where the time goes").
     batch_wait_ms: float = Field(
         0.0,
         ge=0,

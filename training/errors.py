@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from app.cli.errors import CommandError, CommandWarning, option_fault
+from app.errors import CommandError, CommandWarning, option_fault
 
 
 class IABMAError(CommandError):

@@ -16,8 +16,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from app.cli.errors import CommandError, option_fault
 from app.cli.text import command
+from app.errors import CommandError, option_fault
 
 
 def add_parser(sub: Any) -> None:

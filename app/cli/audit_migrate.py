@@ -19,8 +19,8 @@ import time
 from typing import Any
 
 from app.cli.audit_verify import open_trail
-from app.cli.errors import CommandError, option_fault
 from app.cli.text import command
+from app.errors import CommandError, option_fault
 
 
 def add_parser(sub: Any) -> None:

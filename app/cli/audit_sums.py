@@ -15,9 +15,9 @@ import argparse
 import time
 from typing import Any
 
-from app.cli.errors import CommandError, option_fault
 from app.cli.progress import ProgressBar
 from app.cli.text import command
+from app.errors import CommandError, option_fault
 
 
 def add_parser(sub: Any) -> None:

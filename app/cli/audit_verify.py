@@ -20,8 +20,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from app.cli.errors import CommandError, option_fault
 from app.cli.text import command
+from app.errors import CommandError, option_fault
 
 MAX_SHOWN = 1000
 

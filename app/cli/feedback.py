@@ -22,9 +22,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from app.cli.errors import CommandError, option_fault
 from app.cli.progress import ProgressBar
 from app.cli.text import command
+from app.errors import CommandError, option_fault
 
 _ITEM = re.compile(r"^outcomes\[(\d+)\]\.?(\w*)")
 

@@ -29,7 +29,7 @@ from app.cli import (
     rollout,
     serve,
 )
-from app.cli.errors import CommandError, CommandWarning
+from app.errors import CommandError, CommandWarning
 
 DESCRIPTION = (
     "Train, check and benchmark IA-BMA bundles, serve them, and move their LATEST. Where "

@@ -11,8 +11,8 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from app.cli.errors import CommandError
 from app.cli.text import command
+from app.errors import CommandError
 
 
 def add_parsers(sub: Any) -> None:

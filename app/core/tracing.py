@@ -16,7 +16,8 @@ from app.settings import SettingsError
 
 log = logging.getLogger("iabma.tracing")
 EXPORTERS = ("otlp", "console")
-_UNTRACED = "livez,readyz,metrics,v2/health"
+# Routes the HTTP instrumentation (app.main) leaves out: probes and scrapes.
+UNTRACED = "livez,readyz,metrics,v2/health"
 _OFF = contextlib.nullcontext()
 
 
@@ -52,12 +53,12 @@ class Tracing:
     def enabled(self) -> bool:
         return self._tracer is not None
 
-    def install(self, app: Any) -> None:
-        """Set up the SDK and instrument ``app``; a no-op when tracing is off."""
+    def start(self) -> None:
+        """Set up the SDK; a no-op when tracing is off. The HTTP layer instruments its app
+        with ``provider`` (the core stays free of HTTP)."""
         if self.exporter is None:
             return
         from opentelemetry import trace
-        from opentelemetry.instrumentation.fastapi import FastAPIInstrumentor
         from opentelemetry.sdk.resources import OTELResourceDetector, Resource
         from opentelemetry.sdk.trace import TracerProvider
         from opentelemetry.sdk.trace.export import BatchSpanProcessor
@@ -65,9 +66,6 @@ class Tracing:
         resource = Resource.create({"service.name": "iabma"}).merge(OTELResourceDetector().detect())
         self.provider = TracerProvider(resource=resource)
         self.provider.add_span_processor(BatchSpanProcessor(self._make_exporter()))
-        FastAPIInstrumentor.instrument_app(
-            app, tracer_provider=self.provider, excluded_urls=_UNTRACED
-        )
         self._tracer = self.provider.get_tracer("iabma")
         self._trace_api = trace
         log.info("tracing on: spans go to the %s exporter", self.exporter)

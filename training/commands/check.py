@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import warnings
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -25,7 +24,7 @@ from app.cli.text import help_text
 from training.commands.train import add_encoding_argument
 
 if TYPE_CHECKING:
-    from app.errors import InvalidInput
+    from app.core.replay import Refusal
 
 
 def add_parser(sub: Any) -> None:
@@ -52,30 +51,16 @@ def add_parser(sub: Any) -> None:
     p.set_defaults(run=run)
 
 
-@dataclass(frozen=True)
-class Refusal:
-    row: int  # 1-based data row of the file
-    field: str
-    code: str
-    message: str
-
-
 def run(args: argparse.Namespace) -> int:
-    from app.core.runtime import LoadedModel
-    from app.errors import InvalidInput
-    from app.settings import load_settings
+    from app.bundle.loader import BundleError
+    from app.core.replay import open_served, replay
     from training.csvfile import json_rows, read_text_frame
     from training.errors import CsvError, ParameterError
 
     if args.tolerance < 0:
         raise ParameterError("--tolerance", args.tolerance, "must be >= 0")
-    settings = load_settings(
-        store=args.store, model_name=args.name, model_version=args.version, audit_enabled=False
-    )
-    from app.bundle.loader import BundleError
-
     try:
-        model = LoadedModel.open(settings)
+        model = open_served(args.store, args.name, args.version)
     except BundleError as exc:
         raise ParameterError("--name", args.name, f"cannot be opened: {exc}") from None
     manifest = model.manifest
@@ -89,7 +74,7 @@ def run(args: argparse.Namespace) -> int:
         raise CsvError(args.csv, f"lacks the bundle's feature columns {absent}")
     rows = json_rows(text[features])
     print(f"replaying {len(rows)} rows of {args.csv} through {model.name} {model.version}")
-    outcomes, refused = replay(model, rows, settings.max_batch_rows, InvalidInput)
+    outcomes, refused = replay(model, rows)
     # Rows repeating the header were dropped: name the others by their row in the file.
     file_rows = text.index.to_numpy() + 1
     refused = [dataclasses.replace(r, row=int(file_rows[r.row - 1])) for r in refused]
@@ -118,39 +103,6 @@ def run(args: argparse.Namespace) -> int:
         return 1 if failed else 0
     failed |= _compare_metrics(args, model, text, target, outcomes)
     return 1 if failed else 0
-
-
-def replay(
-    model: Any, rows: list[dict[str, Any]], batch: int, invalid: type[InvalidInput]
-) -> tuple[dict[int, Any], list[Refusal]]:
-    """Predictions per 0-based row index, and the refused rows with their reasons."""
-    from app.codecs import native
-    from app.core.plane import check_finite
-
-    done: dict[int, Any] = {}
-    refused: list[Refusal] = []
-
-    def one_batch(start: int, chunk: list[dict[str, Any]]) -> None:
-        # The same decoding, graph and checks as POST /predict, without HTTP and audit.
-        request, _ = native.decode({"instances": chunk}, model, len(chunk))
-        pred = model.predictor.predict(request.columns)
-        check_finite(model, pred, request.row_field)
-        for i in range(len(chunk)):
-            done[start + i] = (pred, i)
-
-    for start in range(0, len(rows), batch):
-        chunk = rows[start : start + batch]
-        try:
-            one_batch(start, chunk)
-        except invalid:
-            for i, row in enumerate(chunk):  # find every refused row of this batch
-                try:
-                    one_batch(start + i, [row])
-                except invalid as exc:
-                    for f in exc.faults:
-                        field = f.field.split(".", 1)[-1] if "." in f.field else f.field
-                        refused.append(Refusal(start + i + 1, field, f.code, f.message))
-    return done, refused
 
 
 def _refusal_table(refused: list[Refusal], show: int) -> str:
