@@ -127,11 +127,13 @@ def check_changes(manifest: Manifest, added: Sequence[str], retired: Sequence[st
     of fewer than two experts."""
     names = manifest.expert_names
     listed = f"{manifest.version}'s experts are {', '.join(names)}"
-    for name in retired:
+    for k, name in enumerate(retired):
         if name not in names:
             raise ParameterError(
                 "--retire-expert", name, f"is not an expert of the bundle: {listed}"
             )
+        if name in retired[:k]:
+            raise ParameterError("--retire-expert", name, "is given twice")
     seen: set[str] = set()
     for name in added:
         if name in names:

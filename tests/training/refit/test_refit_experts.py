@@ -233,6 +233,10 @@ HAND = {
             "--add-expert='a' is given twice",
         ),
         (
+            ["--retire-expert", "knn", "--retire-expert", "knn"],
+            "--retire-expert='knn' is given twice",
+        ),
+        (
             ["--retire-expert", "knn", "--retire-expert", "ridge"],
             "--retire-expert='knn,ridge' would leave 1 expert; a bundle needs at least 2",
         ),
