@@ -350,3 +350,30 @@ def test_a_classifier_joins_a_five_expert_bundle_with_its_probabilities(
     code, _, err = refit(capsys, *args, "--add-expert", f"logit={scores}")
     assert code == 2 and err.count("\n") == 1
     assert f"--add-expert='logit={scores}'" in err and "not probabilities" in err
+
+
+def test_the_truth_brought_back_under_a_new_name_is_found_and_promoted(
+    world: Any, store: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The outcomes follow lda, which the served gate hardly trusts: retired, then added
+    again from its own file (inputs named as the graph's), it is found, and the version
+    is promoted, as any refit that beats the served gate is."""
+    from tests.training.refit.conftest import TRUTH
+
+    old = store / "demo" / world.version
+    (lda,) = [e for e in open_bundle(old).manifest.experts if e.name == TRUTH]
+    code, out, err = refit(
+        capsys, "--store", str(store), "--name", "demo", "--audit-url", world.full_url,
+        "--retire-expert", TRUTH, "--add-expert", f"truth={old / lda.file}",
+        "--promote-if-better",
+    )  # fmt: skip
+    assert code == 0, err
+    new = store / "demo" / current(store / "demo")
+    assert new != old and "pointed" in out
+    manifest = open_bundle(new).manifest
+    assert manifest.expert_names[-1] == "truth" and TRUTH not in manifest.expert_names
+    provenance = manifest.training["refit"]
+    assert provenance["experts_added"][0]["sha256"] == lda.sha256, "the file read is named"
+    assert provenance["difference"] < -provenance["se_difference"]
+    weights = out.split("\nrefitted")[1].split("\n")[0].split()
+    assert float(weights[-1]) > 0.6, out  # the refitted gate's mean weight on truth
