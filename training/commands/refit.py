@@ -16,7 +16,6 @@ byte for byte. ``--exclude-poster`` leaves out the outcomes a poster sent.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import time
 from pathlib import Path
 from typing import Any
@@ -221,12 +220,7 @@ def run(args: argparse.Namespace) -> int:
     from training.refit.data import check_posters, check_rows
     from training.refit.export import write_refit
     from training.refit.gate import GateRefit, check_holdout
-    from training.refit.report import (
-        comparison_lines,
-        expert_lines,
-        held_out_metrics,
-        time_ranges,
-    )
+    from training.refit.report import comparison_lines, expert_lines, held_out_metrics, refit_record
 
     if (args.csv is None) != (args.id_column is None):
         raise ParameterError("--csv", str(args.csv), "and --id-column go together")
@@ -283,36 +277,25 @@ def run(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     refit.fit(data.X, data.y, data.record_us, None if args.quiet else progress)
     fit_s = time.perf_counter() - t0
-    c = refit.comparison_
     for line in [*expert_lines(refit), *comparison_lines(refit, source.name)]:
         print(line)
     promote = bool(args.promote_if_better and refit.better)
-    provenance = {
-        "source_version": source.name,
-        "since": args.since,
-        "until": args.until,
-        "first_row": iso_from_us(int(data.record_us[0])),
-        "last_row": iso_from_us(int(data.record_us[-1])),
-        "rows": len(rows),
-        "served_by": list(data.versions),
-        "inputs": "csv" if args.csv is not None else "trail",
-        "excluded_posters": excluded,
-        "excluded_rows": sum(excluded.values()),
-        "experts_added": [{"name": a.name, **dataclasses.asdict(a.source)} for a in refit.add],
-        "experts_retired": list(args.retire_expert),
-        "holdout": args.holdout,
-        **time_ranges(refit),
-        **{k: c[k] for k in ("n_fit", "n_held_out", "n_held_requests", "old_nll", "new_nll")},
-        **{k: c[k] for k in ("difference", "se_difference")},
-        "combiner": gate_name,
-        "overrides": {
+    provenance = refit_record(
+        refit,
+        data,
+        source=source.name,
+        since=args.since,
+        until=args.until,
+        inputs="csv" if args.csv is not None else "trail",
+        excluded=excluded,
+        combiner=gate_name,
+        overrides={
             **({"combiner": args.combiner} if args.combiner is not None else {}),
             **overrides,
             **({"random_state": args.seed} if args.seed is not None else {}),
         },
-        "gate": getattr(refit.combiner_, "selected_", {}).get("gate", "network"),
-        "fit_seconds": round(fit_s, 2),
-    }
+        fit_seconds=fit_s,
+    )
     t_export = time.perf_counter()
     path = write_refit(
         refit,

@@ -3,12 +3,16 @@ and when the rows it fitted on and judged on were served."""
 
 from __future__ import annotations
 
+import dataclasses
+from typing import Any
+
 import numpy as np
 
 from app.audit.records import iso_from_us
 from app.bundle.mixture import mix_classification, mix_regression
 from training.evaluate import comparison_verdict
 from training.metrics import classification_scores, regression_scores
+from training.refit.data import OutcomeRows
 from training.refit.gate import GateRefit
 
 
@@ -92,3 +96,44 @@ def expert_lines(refit: GateRefit) -> list[str]:
         lines.append(f"expert added: {a.name} from {a.source.uri} ({a.source.format}{spread})")
     lines.extend(f"expert retired: {name}" for name in refit.retire)
     return lines
+
+
+def refit_record(
+    refit: GateRefit,
+    data: OutcomeRows,
+    *,
+    source: str,
+    since: str | None,
+    until: str | None,
+    inputs: str,
+    excluded: dict[str, int],
+    combiner: str,
+    overrides: dict[str, Any],
+    fit_seconds: float,
+) -> dict[str, Any]:
+    """What the new version's manifest records of its refit (``training.refit``): the
+    source version, the window and its rows, whence their inputs, the posters left out,
+    the experts added and retired, the split and both gates' held-out NLL, and the gate."""
+    c = refit.comparison_
+    return {
+        "source_version": source,
+        "since": since,
+        "until": until,
+        "first_row": iso_from_us(int(data.record_us[0])),
+        "last_row": iso_from_us(int(data.record_us[-1])),
+        "rows": len(data.y),
+        "served_by": list(data.versions),
+        "inputs": inputs,
+        "excluded_posters": excluded,
+        "excluded_rows": sum(excluded.values()),
+        "experts_added": [{"name": a.name, **dataclasses.asdict(a.source)} for a in refit.add],
+        "experts_retired": list(refit.retire),
+        "holdout": refit.holdout,
+        **time_ranges(refit),
+        **{k: c[k] for k in ("n_fit", "n_held_out", "n_held_requests", "old_nll", "new_nll")},
+        **{k: c[k] for k in ("difference", "se_difference")},
+        "combiner": combiner,
+        "overrides": overrides,
+        "gate": getattr(refit.combiner_, "selected_", {}).get("gate", "network"),
+        "fit_seconds": round(fit_seconds, 2),
+    }
