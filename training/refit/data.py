@@ -17,11 +17,11 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from sqlalchemy import Engine, func, or_, select
+from sqlalchemy import Engine, exists, func, or_, select
 
 from app.audit.labelled import LabelledRow, RecordInput, input_hmac
 from app.audit.outcome_filter import ANONYMOUS, window
-from app.audit.tables import outcomes
+from app.audit.tables import outcomes, records
 from app.bundle.manifest import Manifest
 from training.errors import IABMAError, ParameterError
 
@@ -66,7 +66,8 @@ def excluded_rows(
     posters: Sequence[str],
 ) -> dict[str, int]:
     """How many of the window's outcome rows each of ``posters`` posted: the rows
-    ``exclude_posters`` leaves out of :func:`~app.audit.labelled.labelled_rows`."""
+    ``exclude_posters`` leaves out of :func:`~app.audit.labelled.labelled_rows` (which
+    reads only outcomes whose record is still in the trail, and so does this count)."""
     if not posters:
         return {}
     c = outcomes.c
@@ -77,6 +78,7 @@ def excluded_rows(
     query = (
         select(c.poster, func.count())
         .where(*window(model, since_us, until_us, None), or_(*whose))
+        .where(exists().where(records.c.id == c.record_id))
         .group_by(c.poster)
     )
     with engine.connect() as conn:
