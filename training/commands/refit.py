@@ -6,6 +6,11 @@ latest requests, prints the served and the refitted gate side by side on those h
 requests with the bootstrap SE of their paired difference, and writes a new version with
 the same expert files. ``LATEST`` moves only with ``--promote-if-better`` and a gain beyond
 one SE.
+
+``--add-expert NAME=SOURCE`` brings an already trained model (an ONNX file with one (n, 1)
+input per column it reads, named as the column) and ``--retire-expert NAME`` leaves one
+out: the gate is then refitted over the new set of experts, every other expert file kept
+byte for byte. ``--exclude-poster`` leaves out the outcomes a poster sent.
 """
 
 from __future__ import annotations
@@ -53,6 +58,29 @@ def add_parser(sub: Any) -> None:
         "rows as sent, in order",
     )
     p.add_argument("--id-column", default=None, help="the CSV column holding the request id")
+    p.add_argument(
+        "--add-expert",
+        action="append",
+        default=[],
+        metavar="NAME=SOURCE",
+        help="a trained model that joins the experts: an .onnx file with one (n, 1) input "
+        "per column it reads, named as the column (repeatable)",
+    )
+    p.add_argument(
+        "--retire-expert",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="an expert the refitted gate leaves out (repeatable)",
+    )
+    p.add_argument(
+        "--exclude-poster",
+        action="append",
+        default=[],
+        metavar="POSTER",
+        help="leave out the outcomes this poster sent, named as GET /performance lists "
+        "posters (key: and 12 hex digits, or anonymous; repeatable)",
+    )
     p.add_argument(
         "--seed", type=int, default=None, help="seeds the gate (default: the bundle's gate's seed)"
     )
@@ -131,20 +159,68 @@ def _engine_and_key(args: argparse.Namespace, need_key: bool) -> tuple[Any, byte
     return AuditStore(settings.audit_url, settings.audit_timeout_seconds), key
 
 
-def run(args: argparse.Namespace) -> int:
+def _expert_changes(args: argparse.Namespace, manifest: Any) -> list[Any]:
+    """The experts added (loaded, their inputs matched to the bundle's), after checking
+    what is retired; before any row is read."""
+    from training.refit.experts import check_changes, load_added, parse_added
+
+    names = [parse_added(text)[0] for text in args.add_expert]
+    check_changes(manifest, names, args.retire_expert)
+    return [load_added(text, manifest) for text in args.add_expert]
+
+
+def _read(
+    args: argparse.Namespace, since: int | None, until: int | None, posters: tuple[str, ...]
+) -> tuple[list[Any], dict[int, Any], dict[str, int], bytes | None]:
+    """The window's outcome rows less the posters', their records' inputs, the rows each
+    poster had, and the trail's key when a CSV is to be checked."""
     from sqlalchemy import inspect
 
     from app.audit.labelled import labelled_rows
-    from app.audit.records import iso_from_us
     from app.audit.tables import outcomes
+    from training.errors import ParameterError
+    from training.refit.data import excluded_rows
+
+    store, key = _engine_and_key(args, args.csv is not None)
+    try:
+        if not inspect(store.engine).has_table(outcomes.name):
+            raise ParameterError(
+                "--audit-url", args.audit_url or "IABMA_AUDIT_URL", "holds no outcomes"
+            )
+        rows, inputs = labelled_rows(store.engine, args.name, since, until, None, posters)
+        excluded = excluded_rows(store.engine, args.name, since, until, posters)
+    finally:
+        store.close()
+    return rows, inputs, excluded, key
+
+
+def _inputs(args: argparse.Namespace, rows: list[Any], inputs: dict[int, Any], key: Any) -> Any:
+    """The rows' inputs: from the trail, or from ``--csv`` checked against it."""
+    from training.errors import ParameterError
+    from training.refit.data import RefitRefused, from_csv, from_trail
+
+    if args.csv is not None:
+        assert key is not None
+        return from_csv(rows, inputs, args.csv, args.id_column, key)
+    try:
+        return from_trail(rows, inputs)
+    except RefitRefused as exc:
+        if not args.add_expert:
+            raise
+        # The added expert must see each row's input: say which option needs them.
+        raise ParameterError("--add-expert", args.add_expert[0], f"needs inputs: {exc}") from None
+
+
+def run(args: argparse.Namespace) -> int:
+    from app.audit.records import iso_from_us
     from app.bundle.loader import BundleError, read_manifest, resolve_version
     from app.cli.progress import ProgressBar
     from training.errors import ParameterError
     from training.estimator.base import fingerprint
-    from training.refit.data import check_rows, from_csv, from_trail
+    from training.refit.data import check_posters, check_rows
     from training.refit.export import write_refit
     from training.refit.gate import GateRefit, check_holdout
-    from training.refit.report import comparison_lines, held_out_metrics, time_ranges
+    from training.refit.report import comparison_lines, expert_lines, held_out_metrics, refit_record
 
     if (args.csv is None) != (args.id_column is None):
         raise ParameterError("--csv", str(args.csv), "and --id-column go together")
@@ -157,16 +233,10 @@ def run(args: argparse.Namespace) -> int:
     check_holdout(args.holdout)
     manifest = read_manifest(source)
     gate_name, overrides = _gate_options(args, manifest)
+    added = _expert_changes(args, manifest)
+    posters = check_posters(args.exclude_poster)
     began = time.perf_counter()
-    store, key = _engine_and_key(args, args.csv is not None)
-    try:
-        if not inspect(store.engine).has_table(outcomes.name):
-            raise ParameterError(
-                "--audit-url", args.audit_url or "IABMA_AUDIT_URL", "holds no outcomes"
-            )
-        rows, inputs = labelled_rows(store.engine, args.name, since, until)
-    finally:
-        store.close()
+    rows, inputs, excluded, key = _read(args, since, until, posters)
     read_s = time.perf_counter() - began
     refit = GateRefit(
         source,
@@ -174,14 +244,17 @@ def run(args: argparse.Namespace) -> int:
         combiner=args.combiner,
         params=overrides or None,
         random_state=args.seed,
+        add=added,
+        retire=args.retire_expert,
         verbose=not args.quiet,
     )
+    if posters:
+        print(
+            f"excluded {sum(excluded.values()):,} outcome rows posted by "
+            + ", ".join(f"{p} ({k:,})" for p, k in excluded.items())
+        )
     check_rows(rows, manifest)
-    if args.csv is not None:
-        assert key is not None
-        data = from_csv(rows, inputs, args.csv, args.id_column, key)
-    else:
-        data = from_trail(rows, inputs)
+    data = _inputs(args, rows, inputs, key)
     window = f"{iso_from_us(int(data.record_us[0]))} to {iso_from_us(int(data.record_us[-1]))}"
     print(
         f"refitting the gate of {args.name} {source.name} on {len(rows):,} outcome rows "
@@ -204,32 +277,25 @@ def run(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     refit.fit(data.X, data.y, data.record_us, None if args.quiet else progress)
     fit_s = time.perf_counter() - t0
-    c = refit.comparison_
-    for line in comparison_lines(refit, source.name):
+    for line in [*expert_lines(refit), *comparison_lines(refit, source.name)]:
         print(line)
     promote = bool(args.promote_if_better and refit.better)
-    provenance = {
-        "source_version": source.name,
-        "since": args.since,
-        "until": args.until,
-        "first_row": iso_from_us(int(data.record_us[0])),
-        "last_row": iso_from_us(int(data.record_us[-1])),
-        "rows": len(rows),
-        "served_by": list(data.versions),
-        "inputs": "csv" if args.csv is not None else "trail",
-        "holdout": args.holdout,
-        **time_ranges(refit),
-        **{k: c[k] for k in ("n_fit", "n_held_out", "n_held_requests", "old_nll", "new_nll")},
-        **{k: c[k] for k in ("difference", "se_difference")},
-        "combiner": gate_name,
-        "overrides": {
+    provenance = refit_record(
+        refit,
+        data,
+        source=source.name,
+        since=args.since,
+        until=args.until,
+        inputs="csv" if args.csv is not None else "trail",
+        excluded=excluded,
+        combiner=gate_name,
+        overrides={
             **({"combiner": args.combiner} if args.combiner is not None else {}),
             **overrides,
             **({"random_state": args.seed} if args.seed is not None else {}),
         },
-        "gate": getattr(refit.combiner_, "selected_", {}).get("gate", "network"),
-        "fit_seconds": round(fit_s, 2),
-    }
+        fit_seconds=fit_s,
+    )
     t_export = time.perf_counter()
     path = write_refit(
         refit,

@@ -9,6 +9,7 @@ each request's rows hash to the trail's keyed hash. Every refusal is one line
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,14 +17,19 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+from sqlalchemy import Engine, exists, func, or_, select
 
 from app.audit.labelled import LabelledRow, RecordInput, input_hmac
+from app.audit.outcome_filter import ANONYMOUS, window
+from app.audit.tables import outcomes, records
 from app.bundle.manifest import Manifest
-from training.errors import IABMAError
+from training.errors import IABMAError, ParameterError
 
 # The gate's search holds out a fifth of the fitting rows, and the comparison a fifth of
 # all: below this the held-out NLL's standard error is as large as the gains a refit finds.
 MIN_ROWS = 200
+# A poster as outcomes name it (app.core.feedback.poster_of), or ANONYMOUS.
+_POSTER = re.compile(r"key:[0-9a-f]{12}")
 
 
 class RefitRefused(IABMAError):
@@ -39,6 +45,46 @@ class OutcomeRows:
     y: np.ndarray
     record_us: np.ndarray
     versions: tuple[str, ...]
+
+
+def check_posters(posters: Sequence[str]) -> tuple[str, ...]:
+    """``--exclude-poster`` values: as ``GET /performance`` lists them, each once."""
+    for p in posters:
+        if p != ANONYMOUS and not _POSTER.fullmatch(p):
+            raise ParameterError(
+                "--exclude-poster", p, f"is not a poster: give one as GET /performance lists "
+                f"them (key: and 12 hex digits, or {ANONYMOUS})"
+            )  # fmt: skip
+    return tuple(dict.fromkeys(posters))
+
+
+def excluded_rows(
+    engine: Engine,
+    model: str,
+    since_us: int | None,
+    until_us: int | None,
+    posters: Sequence[str],
+) -> dict[str, int]:
+    """How many of the window's outcome rows each of ``posters`` posted: the rows
+    ``exclude_posters`` leaves out of :func:`~app.audit.labelled.labelled_rows` (which
+    reads only outcomes whose record is still in the trail, and so does this count)."""
+    if not posters:
+        return {}
+    c = outcomes.c
+    keys = [p for p in posters if p != ANONYMOUS]
+    whose = [c.poster.in_(keys)] if keys else []
+    if ANONYMOUS in posters:
+        whose.append(c.poster.is_(None))
+    query = (
+        select(c.poster, func.count())
+        .where(*window(model, since_us, until_us, None), or_(*whose))
+        .where(exists().where(records.c.id == c.record_id))
+        .group_by(c.poster)
+    )
+    with engine.connect() as conn:
+        counted: list[Any] = list(conn.execute(query).all())
+    found = {ANONYMOUS if p is None else str(p): int(k) for p, k in counted}
+    return {p: found.get(p, 0) for p in posters}
 
 
 def check_rows(rows: Sequence[LabelledRow], manifest: Manifest, min_rows: int = MIN_ROWS) -> None:

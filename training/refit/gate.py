@@ -11,7 +11,7 @@ paired.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +30,7 @@ from training.features import FeatureSchema
 from training.gate_encoder import GateEncoder
 from training.params import check_real
 from training.refit.data import RefitRefused
+from training.refit.experts import AddedExpert, expert_set
 from training.refit.settings import build_gate
 from training.refit.split import check_served_us, latest_requests, request_bootstrap_se
 
@@ -67,6 +68,11 @@ class GateRefit:
     random_state : int or None, default=None
         Seeds the gate and the bootstrap; None keeps the seed the bundle's gate records
         (0 if none).
+    add : sequence of AddedExpert, default=()
+        Models that join the refitted gate's experts, after the bundle's
+        (:mod:`~training.refit.experts`).
+    retire : sequence of str, default=()
+        The bundle's experts the refitted gate leaves out.
     verbose : bool, default=False
         Progress bars.
 
@@ -80,6 +86,16 @@ class GateRefit:
         The gate's view of the features, fitted on the fitting rows.
     combiner_ : Combiner
         The refitted gate.
+    expert_names_ : list of str
+        Its experts: the bundle's less those retired, then those added.
+    outputs_ : ndarray
+        Their outputs on every row (probabilities, or standardised means), in that order.
+    served_outputs_ : ndarray
+        The bundle's experts' outputs, as the served graph gives them.
+    sigmas_ : ndarray
+        Regression: each of ``expert_names_``'s spread in standardised units, the bundle's
+        as recorded and an added one's estimated on the fitting rows only (NaN for
+        classification).
     settings_ : dict
         The hyperparameters it was built with, ``random_state`` included.
     seed_ : int
@@ -114,6 +130,8 @@ class GateRefit:
         combiner: str | None = None,
         params: dict[str, Any] | None = None,
         random_state: int | None = None,
+        add: Sequence[AddedExpert] = (),
+        retire: Sequence[str] = (),
         verbose: bool = False,
     ) -> None:
         self.path = path
@@ -121,6 +139,8 @@ class GateRefit:
         self.combiner = combiner
         self.params = params
         self.random_state = random_state
+        self.add = add
+        self.retire = retire
         self.verbose = verbose
 
     def fit(
@@ -155,7 +175,10 @@ class GateRefit:
             k: (int(served[rows].min()), int(served[rows].max()))
             for k, rows in (("fit", fit_rows), ("held_out", held))
         }
-        self.outputs_, old_w = self._served(bundle.session, columns, n, progress)
+        self.served_outputs_, old_w = self._served(bundle.session, columns, n, progress)
+        self.expert_names_, self.outputs_, self.sigmas_ = expert_set(
+            m, self.served_outputs_, columns, y_enc[fit_rows], fit_rows, self.add, self.retire
+        )
         names = [self.schema_.name_of(i) for i in m.gate.inputs]
         self.encoder_ = GateEncoder(self.schema_.subset(names)).fit(take(columns, fit_rows))
         Z = self.encoder_.transform(columns)
@@ -167,15 +190,16 @@ class GateRefit:
         self.y_held_ = y_enc[held]
         self._compare(split.held_requests)
         self.columns_check_ = take(columns, held[:512])
+        self.outputs_check_ = self.outputs_[held[:512]]
         return self
 
     def _compare(self, requests: np.ndarray) -> None:
         """Both gates on the held-out rows: NLL, the paired difference, its standard error
         over the held-out requests, and mean weights."""
-        outputs, y = self.outputs_[self.held_out_], self.y_held_
-        w = self.held_weights_
-        old = self.row_nll(w["old"], outputs, y, self.manifest_.mixture.temperature)
-        new = self.row_nll(w["new"], outputs, y, self.temperature_)
+        held, y, w = self.held_out_, self.y_held_, self.held_weights_
+        old_t = self.manifest_.mixture.temperature
+        old = self.row_nll(w["old"], self.served_outputs_[held], y, old_t, self.served_sigmas)
+        new = self.row_nll(w["new"], self.outputs_[held], y, self.temperature_, self.sigmas_)
         diff = new - old
         self.comparison_ = {
             "old_nll": float(old.mean()),
@@ -187,9 +211,9 @@ class GateRefit:
             "n_held_out": len(y),
             "n_held_requests": self.n_held_requests_,
         }
-        experts = self.manifest_.expert_names
+        names = {"old": self.manifest_.expert_names, "new": self.expert_names_}
         self.mean_weights_ = {
-            k: dict(zip(experts, w[k].mean(axis=0).tolist(), strict=True)) for k in ("old", "new")
+            k: dict(zip(names[k], w[k].mean(axis=0).tolist(), strict=True)) for k in names
         }
 
     @property
@@ -229,21 +253,27 @@ class GateRefit:
         if m.task == "classification":
             return classification_evidence(outputs, y_enc)
         return regression_evidence(
-            outputs, y_enc, self.sigmas, y_low=m.target.low or 0.0, y_high=m.target.high or 0.0
+            outputs, y_enc, self.sigmas_, y_low=m.target.low or 0.0, y_high=m.target.high or 0.0
         )
 
     @property
-    def sigmas(self) -> np.ndarray:
+    def served_sigmas(self) -> np.ndarray:
+        """The bundle's experts' spreads as its manifest records them (NaN: classification)."""
         return np.array([e.sigma for e in self.manifest_.experts], dtype=np.float64)
 
     def row_nll(
-        self, weights: np.ndarray, outputs: np.ndarray, y_enc: np.ndarray, temperature: float
+        self,
+        weights: np.ndarray,
+        outputs: np.ndarray,
+        y_enc: np.ndarray,
+        temperature: float,
+        sigmas: np.ndarray,
     ) -> np.ndarray:
         """Per-row NLL of a mixture; regression in the target's units."""
         if self.manifest_.task == "classification":
             p = mix_classification(weights, outputs, temperature).proba
             return -np.log(np.clip(p[np.arange(len(y_enc)), y_enc], 1e-300, None))
-        mix = mix_regression(weights, outputs, self.sigmas, temperature)
+        mix = mix_regression(weights, outputs, sigmas, temperature)
         scale = self.manifest_.target.scale or 1.0
         return np.log(scale) - mix.logpdf(y_enc)
 

@@ -103,3 +103,101 @@ def gates(trained: Any, world: World, tmp_path_factory: pytest.TempPathFactory) 
 def store(world: World, tmp_path: Path) -> Path:
     """A copy of the world's store for one test to write versions into."""
     return Path(shutil.copytree(world.store, tmp_path / "store"))
+
+
+# -- a regression bundle of three experts, for adding and retiring one ------------------------
+REG_FIT = 150  # the bundle learns from diabetes' first rows; the rest are served
+REG_PER_REQUEST = 20
+FEEDER, OTHER = "feeder-key-0123456789", "other-feeder-key-98765"
+ADDED_COLUMNS = ["age", "bmi", "bp", "s5"]  # the added model reads some of the features
+
+
+@dataclass(frozen=True)
+class RegWorld:
+    store: Path  # never written by a test
+    version: str
+    full_url: str  # inputs kept; outcomes posted by FEEDER, every fifth request by OTHER
+    hash_url: str  # only the inputs' keyed hash
+    sent: dict[str, list[dict[str, Any]]]  # each request's instances, as sent (both trails)
+    y: list[float]  # the served rows' outcomes, in the order served
+    added: Path  # a team's model trained elsewhere: ONNX, one (n, 1) input per column read
+    added_model: Any  # the same model, fitted, to compare the served means with
+
+
+def _serve_posted(
+    store: Path, trail: Path, rows: list[dict[str, Any]], y: list[float], payload: str
+) -> dict[str, list[dict[str, Any]]]:
+    """Serve ``rows`` and post their outcomes, each request's under FEEDER's key but every
+    fifth one's under OTHER's; return each request's instances by id."""
+    from tests.support.bundles import make_settings
+    from tests.support.harness import AsgiHarness
+
+    sent: dict[str, list[dict[str, Any]]] = {}
+    settings = make_settings(
+        store, trail, "reg", audit_payload=payload, feedback_keys=f"{FEEDER},{OTHER}"
+    )
+    with AsgiHarness(settings) as app:
+        for k in range(0, len(rows), REG_PER_REQUEST):
+            rid = f"q{k // REG_PER_REQUEST}"
+            batch = rows[k : k + REG_PER_REQUEST]
+            r = app.post("/predict", json={"instances": batch}, headers={"X-Request-ID": rid})
+            assert r.status_code == 200, r.text
+            outcomes = [
+                {"request_id": rid, "row": i, "outcome": y[k + i]} for i in range(len(batch))
+            ]
+            key = OTHER if (k // REG_PER_REQUEST) % 5 == 2 else FEEDER
+            r = app.post(
+                "/feedback", json={"outcomes": outcomes}, headers={"Authorization": f"Bearer {key}"}
+            )
+            assert r.status_code == 200, r.text
+            sent[rid] = batch
+    return sent
+
+
+@pytest.fixture(scope="session")
+def reg_world(tmp_path_factory: pytest.TempPathFactory) -> RegWorld:
+    from skl2onnx import convert_sklearn
+    from skl2onnx.common.data_types import FloatTensorType
+    from sklearn.compose import ColumnTransformer
+    from sklearn.ensemble import GradientBoostingRegressor, RandomForestRegressor
+    from sklearn.linear_model import Ridge
+    from sklearn.neighbors import KNeighborsRegressor
+    from sklearn.pipeline import Pipeline
+
+    from training.datasets import load_sklearn
+    from training.estimator import IABMARegressor
+    from training.experts.spec import Expert
+    from training.export.bundle import export_bundle
+
+    root = tmp_path_factory.mktemp("refit_reg")
+    data = load_sklearn("diabetes")
+    X, y = data.X, data.y
+    experts = [
+        Expert("ridge", Ridge()),
+        Expert("forest", RandomForestRegressor(n_estimators=20, max_depth=5, random_state=0)),
+        Expert("knn", KNeighborsRegressor(n_neighbors=15)),
+    ]
+    est = IABMARegressor(experts, cv=3, random_state=0).fit(X.iloc[:REG_FIT], y.iloc[:REG_FIT])
+    path = export_bundle(est, root / "store", "reg", X.iloc[REG_FIT:])
+    rows, served_y = instances(X.iloc[REG_FIT:]), y.iloc[REG_FIT:].tolist()
+    sent = _serve_posted(root / "store", root / "full", rows, served_y, "full")
+    _serve_posted(root / "store", root / "hash", rows, served_y, "hash")
+
+    keep = ColumnTransformer([("keep", "passthrough", ADDED_COLUMNS)])
+    gbm = GradientBoostingRegressor(n_estimators=50, random_state=0)
+    model = Pipeline([("columns", keep), ("gbm", gbm)]).fit(X.iloc[:REG_FIT], y.iloc[:REG_FIT])
+    onx = convert_sklearn(
+        model, initial_types=[(c, FloatTensorType([None, 1])) for c in ADDED_COLUMNS]
+    )
+    added = root / "gbm.onnx"
+    added.write_bytes(onx.SerializeToString())
+    return RegWorld(
+        root / "store", path.name, f"sqlite:///{root / 'full' / 'audit.db'}",
+        f"sqlite:///{root / 'hash' / 'audit.db'}", sent, served_y, added, model,
+    )  # fmt: skip
+
+
+@pytest.fixture
+def reg_store(reg_world: RegWorld, tmp_path: Path) -> Path:
+    """A copy of the regression world's store for one test to write versions into."""
+    return Path(shutil.copytree(reg_world.store, tmp_path / "store"))
