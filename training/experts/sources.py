@@ -54,13 +54,14 @@ def load_source(
         Allow pickles (joblib files, MLflow's pickled scikit-learn models) and skops files
         holding types skops does not trust by default. A pickle runs code when it loads.
     task : {"regression", "classification"}, optional
-        XGBoost and LightGBM files: load a regressor or a classifier (a bare XGBoost
-        Booster if None).
+        XGBoost files: load an XGBRegressor or XGBClassifier (a bare Booster if None).
+        LightGBM text files always give a ``lightgbm.Booster``.
 
     Returns
     -------
     model : object
-        A Path for an ONNX file; otherwise the fitted model object.
+        A Path for an ONNX file; otherwise the fitted model object (an estimator, or a
+        LightGBM Booster).
     source : Source
         The uri as given, the format, and the sha256 of the file read.
     """
@@ -105,7 +106,7 @@ def load_file(
         "joblib": lambda: _read_pickle(path, uri, trust_pickle),
         "xgboost-json": lambda: _read_xgboost(path, task),
         "xgboost-ubj": lambda: _read_xgboost(path, task),
-        "lightgbm": lambda: _read_lightgbm(path, task),
+        "lightgbm": lambda: _read_lightgbm(path),
     }
     try:
         return readers[fmt]()
@@ -161,9 +162,9 @@ def _read_xgboost(path: Path, task: str | None) -> Any:
     return model
 
 
-def _read_lightgbm(path: Path, task: str | None) -> Any:
+def _read_lightgbm(path: Path) -> Any:
     import lightgbm as lgb
 
-    from training.experts.lightgbm_booster import wrap_booster
-
-    return wrap_booster(lgb.Booster(model_file=str(path)), task or "regression")
+    # The Booster as is: the registry converts it (onnxmltools reads Boosters), and its
+    # predict gives the mean, or the probabilities (the positive class's, if binary).
+    return lgb.Booster(model_file=str(path))
