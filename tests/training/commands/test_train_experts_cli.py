@@ -6,12 +6,50 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
+import onnx
+import pandas as pd
 import pytest
 
 from app.bundle.loader import open_bundle, resolve_version
 from app.cli.main import main
-from tests.support.team_files import TeamFiles
-from tests.support.team_mlflow import tracking_env
+from tests.support.bundles import instances, make_settings
+from tests.support.harness import AsgiHarness
+from tests.support.team_files import TARGET, TeamFiles
+from tests.support.team_mlflow import register_team_models, tracking_env
+from training.experts.tolerance import n_terms, parity_tolerance
+
+COLUMNS = '["age", "sex", "bmi", "bp", "s1", "s2", "s3", "s4", "s5", "s6"]'
+# The team's three files, in three formats, as experts.toml names them (issue 42).
+THREE_FILES = f"""
+[[experts]]
+name = "ridge"
+source = "ridge.skops"
+
+[[experts]]
+name = "xgb"
+source = "xgb_model.json"
+
+[[experts]]
+name = "forest"
+source = "rf.onnx"
+features = {COLUMNS}
+"""
+THREE_REGISTERED = f"""
+[[experts]]
+name = "ridge"
+source = "models:/ridge@champion"
+
+[[experts]]
+name = "xgb"
+source = "models:/xgb/1"
+
+[[experts]]
+name = "forest"
+source = "models:/forest@champion"
+features = {COLUMNS}
+"""
+OWN = {"ridge": "ridge.skops", "xgb": "xgb_model.json", "forest": "rf.onnx"}
 
 
 def train(team: TeamFiles, tmp_path: Path, *extra: str) -> list[str]:
@@ -102,15 +140,54 @@ def test_the_command_line_shows_no_traceback(team: TeamFiles, tmp_path: Path) ->
     assert "has an unknown suffix '.csv'" in res.stderr
 
 
-@pytest.mark.slow
-def test_mlflow_log_records_the_bundle_as_a_run(
+def check_served(team: TeamFiles, store: Path, tmp_path: Path) -> None:
+    """Served expert means are the team's own predictions, to the parity tolerance."""
+    X = pd.read_csv(team.recent_csv).drop(columns=TARGET).head(40)
+    with AsgiHarness(make_settings(store, tmp_path / "audit", name="team")) as app:
+        r = app.post("/predict", json={"instances": instances(X)})
+    assert r.status_code == 200, r.text
+    items = r.json()["predictions"]
+    path = resolve_version(store, "team")
+    for e in open_bundle(path).manifest.experts:
+        got = np.array([it["experts"][e.name]["mean"] for it in items])
+        want = team.models[OWN[e.name]].predict(X.to_numpy(np.float32) if e.name == "forest" else X)
+        terms = n_terms(onnx.load(str(path / e.file)))
+        assert np.abs(got - want).max() <= parity_tolerance(want, terms), e.name
+
+
+def test_train_combines_three_files_named_in_experts_toml(
+    team: TeamFiles, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (team.folder / "three.toml").write_text(THREE_FILES, encoding="utf-8")
+    code = main(train(team, tmp_path, "--experts", str(team.folder / "three.toml")))
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "3 experts" in out
+    for name in ("iabma", "uniform", "  ridge", "  xgb", "  forest"):
+        assert f"\n{name} " in out, name
+    manifest = open_bundle(resolve_version(tmp_path / "store", "team")).manifest
+    assert [e.prefit for e in manifest.experts] == [True] * 3
+    assert [e.source.format for e in manifest.experts if e.source] == [
+        "skops",
+        "xgboost-json",
+        "onnx",
+    ]
+    assert manifest.training["experts_file"] == str(team.folder / "three.toml")
+    assert set(manifest.experts[0].metrics) >= {"rmse", "nll"}
+    check_served(team, tmp_path / "store", tmp_path)
+
+
+def test_train_reads_mlflow_models_and_logs_the_bundle_back(
     team: TeamFiles, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     from mlflow import MlflowClient
     from mlflow.artifacts import download_artifacts
 
+    path = tmp_path / "registered.toml"
+    path.write_text(THREE_REGISTERED, encoding="utf-8")
     with tracking_env((tmp_path / "mlruns").as_uri()):
-        code = main(train(team, tmp_path, "--mlflow-log", "--cv", "3"))
+        register_team_models(team)
+        code = main(train(team, tmp_path, "--experts", str(path), "--mlflow-log"))
         out = capsys.readouterr().out
         assert code == 0, out
         run_id = out.split("logged the bundle as MLflow run ")[1].split()[0]
@@ -125,3 +202,11 @@ def test_mlflow_log_records_the_bundle_as_a_run(
         local = Path(download_artifacts(run_id=run_id, artifact_path="bundle/manifest.json"))
         bundle = resolve_version(tmp_path / "store", "team")
         assert local.read_bytes() == (bundle / "manifest.json").read_bytes()
+    assert [e.source.format for e in manifest.experts if e.source] == [
+        "mlflow:sklearn",
+        "mlflow:xgboost",
+        "mlflow:onnx",
+    ]
+    assert manifest.experts[1].source is not None
+    assert manifest.experts[1].source.uri == "models:/xgb/1"
+    check_served(team, tmp_path / "store", tmp_path)
