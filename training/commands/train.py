@@ -273,8 +273,11 @@ def run(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     est.fit(train.X, train.y)
     fit_s = time.perf_counter() - t0
+    # Pre-fitted experts are converted and checked, not fitted.
+    prefit = getattr(est.experts_, "likelihood_source_", None) == "prefit"
+    how = "converted, not refit," if prefit else "with cross-fitting"
     print(
-        f"fitted in {fit_s:.1f} s (experts with cross-fitting {est.expert_fit_seconds_:.1f} s, "
+        f"fitted in {fit_s:.1f} s (experts {how} {est.expert_fit_seconds_:.1f} s, "
         f"gate {est.gate_fit_seconds_:.2f} s)"
     )
     selected = dict(getattr(est.combiner_, "selected_", {}))

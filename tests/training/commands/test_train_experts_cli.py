@@ -162,7 +162,7 @@ def test_train_combines_three_files_named_in_experts_toml(
     code = main(train(team, tmp_path, "--experts", str(team.folder / "three.toml")))
     out = capsys.readouterr().out
     assert code == 0, out
-    assert "3 experts" in out
+    assert "3 experts" in out and "(experts converted, not refit," in out
     for name in ("iabma", "uniform", "  ridge", "  xgb", "  forest"):
         assert f"\n{name} " in out, name
     manifest = open_bundle(resolve_version(tmp_path / "store", "team")).manifest

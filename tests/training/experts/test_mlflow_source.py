@@ -46,6 +46,21 @@ def test_a_registered_onnx_model_is_its_file(registry: str, team: TeamFiles) -> 
     assert source.sha256 == sha256_of(model)
 
 
+def test_a_registered_lightgbm_booster_reads_as_its_booster(registry: str, team: TeamFiles) -> None:
+    import lightgbm as lgb
+    import mlflow
+
+    booster = lgb.Booster(model_file=str(team.folder / "lgb.txt"))
+    with mlflow.start_run():
+        mlflow.lightgbm.log_model(
+            booster, name="lgb", registered_model_name="lgb", pip_requirements=[]
+        )
+    model, source = load_source("models:/lgb/1", task="regression")
+    assert isinstance(model, lgb.Booster) and source.format == "mlflow:lightgbm"
+    X = pd.read_csv(team.recent_csv).drop(columns=TARGET)
+    np.testing.assert_allclose(model.predict(X), team.models["lgb.txt"].predict(X), rtol=1e-6)
+
+
 def test_a_pickled_registered_model_needs_trust_pickle(registry: str, team: TeamFiles) -> None:
     with pytest.raises(ParameterError, match=r"models:/ridge_pickle/1' is a pickle.*--trust"):
         load_source("models:/ridge_pickle/1")
