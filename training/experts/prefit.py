@@ -209,7 +209,7 @@ def _convert_lgb_booster(
     name: str,
 ) -> Converted:
     from onnxmltools import convert_lightgbm
-    from skl2onnx.common.data_types import FloatTensorType
+    from onnxmltools.convert.common.data_types import FloatTensorType
 
     from training.experts.onnx_adapter import match_columns
 

@@ -16,7 +16,7 @@ import xgboost as xgb
 from skl2onnx import to_onnx
 from skl2onnx.common.data_types import FloatTensorType
 from sklearn.compose import ColumnTransformer
-from sklearn.datasets import load_diabetes
+from sklearn.datasets import load_breast_cancer, load_diabetes
 from sklearn.ensemble import RandomForestClassifier, RandomForestRegressor
 from sklearn.linear_model import LogisticRegression, Ridge
 from sklearn.pipeline import Pipeline
@@ -83,6 +83,26 @@ def test_prefit_models_are_used_as_is(diabetes) -> None:
     }
     for j, name in enumerate(models):
         np.testing.assert_allclose(got[:, j], own[name], atol=1e-3, rtol=0, err_msg=name)
+
+
+def test_prefit_boosters_classify_in_the_task_class_order() -> None:
+    """Boosters know no labels: the declared classes name their outputs' columns."""
+    X, y = load_breast_cancer(return_X_y=True, as_frame=True)
+    X, labels = X.iloc[:, :8], np.where(y == 1, "benign", "malignant")
+    Xo, Xr, codes = X.iloc[:250], X.iloc[250:], (labels[:250] == "malignant").astype(int)
+    xb = xgb.train({"objective": "binary:logistic", "max_depth": 2}, xgb.DMatrix(Xo, codes), 10)
+    lc = lgb.LGBMClassifier(n_estimators=10, num_leaves=5, verbose=-1).fit(Xo, labels[:250])
+    lb = lgb.train(
+        {"objective": "binary", "num_leaves": 5, "verbose": -1}, lgb.Dataset(Xo, codes), 10
+    )
+    reg = ExpertRegistry()
+    reg.register("xb", xb, prefit=True, classes=["benign", "malignant"])
+    reg.register("lc", lc, prefit=True)  # its classes_ carry the labels
+    reg.register("lb", lb, prefit=True, classes=["benign", "malignant"])
+    out = IABMAClassifier(reg).fit(Xr, labels[250:]).expert_outputs(Xr)
+    np.testing.assert_allclose(out[:, 0, 1], xb.predict(xgb.DMatrix(Xr)), atol=1e-5)
+    np.testing.assert_allclose(out[:, 1], lc.predict_proba(Xr), atol=1e-5)
+    np.testing.assert_allclose(out[:, 2, 1], lb.predict(Xr), atol=1e-5)
 
 
 def test_mixed_experts_record_how_each_was_fitted(diabetes, tmp_path: Path) -> None:
