@@ -23,6 +23,8 @@ from training.experts.onnx import TARGET_OPSET, _options, register_converters
 from training.features import FeatureSchema
 
 TENSOR_INPUT = "input"
+# onnxmltools converts a LightGBM Booster up to this opset; the ensemble lifts it.
+LGB_OPSET = 15
 
 
 @dataclass
@@ -105,6 +107,9 @@ def convert(
     text = any(specs[u].dtype == "string" for u in users)
     per_column = _selects_columns(model) or text
     onx = _skl2onnx(model, cols, [specs[u].dtype for u in users], per_column, name)
+    booster = _lgb_booster(model)
+    if booster is not None:
+        lower_lgb_thresholds(onx, booster)
     labels = list(classes) if classes is not None else _labels(model, task)
     fed = own if own is not None else users
 
@@ -115,6 +120,48 @@ def convert(
         return np.asarray(model.predict_proba(frame), dtype=np.float64)
 
     return Converted(onx, None if per_column else users, labels, predict)
+
+
+def _lgb_booster(model: Any) -> Any:
+    steps = _steps(model)
+    last = steps[-1] if len(steps) == 1 else None
+    if last is None or not type(last).__module__.startswith("lightgbm"):
+        return None
+    return last if type(last).__name__ == "Booster" else last.booster_
+
+
+def _thresholds(tree: dict[str, Any], out: dict[int, set[float]]) -> None:
+    if "split_feature" in tree and tree.get("decision_type") == "<=":
+        out.setdefault(int(tree["split_feature"]), set()).add(float(tree["threshold"]))
+    for side in ("left_child", "right_child"):
+        if side in tree:
+            _thresholds(tree[side], out)
+
+
+def lower_lgb_thresholds(onx: onnx.ModelProto, booster: Any) -> None:
+    """Make a LightGBM graph's float32 splits exact for float32 inputs, in place.
+
+    LightGBM splits on ``x <= t`` with a double ``t``; the graph holds ``t`` rounded to
+    the nearest float32, which moves a float32 ``x`` equal to it to the wrong side when
+    the rounding went up (2 of 442 rows, 8.6 target units apart, on a small forest). For
+    float32 ``x``, ``x <= t`` is ``x <= t32`` with ``t32`` the largest float32 not above
+    ``t``: each rounded-up value is replaced by the float32 below it.
+    """
+    found: dict[int, set[float]] = {}
+    for tree in booster.dump_model()["tree_info"]:
+        _thresholds(tree["tree_structure"], found)
+    for node in onx.graph.node:
+        if not node.op_type.startswith("TreeEnsemble"):
+            continue
+        attrs = {a.name: a for a in node.attribute}
+        if "nodes_values" not in attrs or "nodes_featureids" not in attrs:
+            continue
+        values, feats = attrs["nodes_values"].floats, attrs["nodes_featureids"].ints
+        for i, (v, f) in enumerate(zip(list(values), list(feats), strict=True)):
+            v32 = np.float32(v)
+            near = [t for t in found.get(int(f), ()) if np.float32(t) == v32]
+            if near and all(t < float(v32) for t in near):
+                values[i] = float(np.nextafter(v32, np.float32(-np.inf)))
 
 
 def _labels(model: Any, task: str) -> list[Any] | None:
@@ -162,7 +209,7 @@ def _convert_lgb_booster(
     name: str,
 ) -> Converted:
     from onnxmltools import convert_lightgbm
-    from skl2onnx.common.data_types import FloatTensorType
+    from onnxmltools.convert.common.data_types import FloatTensorType
 
     from training.experts.onnx_adapter import match_columns
 
@@ -172,13 +219,15 @@ def _convert_lgb_booster(
             booster,
             name=name,
             initial_types=[(TENSOR_INPUT, FloatTensorType([None, len(users)]))],
-            target_opset=TARGET_OPSET[""],
+            target_opset=LGB_OPSET,
             zipmap=False,
         )
     except Exception as exc:  # onnxmltools raises many unrelated types
         raise ParameterError(
             "model", "Booster", f"of expert {name!r} cannot be converted: {exc}"
         ) from None
+
+    lower_lgb_thresholds(onx, booster)
 
     def predict(X: pd.DataFrame) -> np.ndarray:
         out = np.asarray(booster.predict(X[users].to_numpy(np.float64)), dtype=np.float64)

@@ -162,7 +162,7 @@ class Expert:
             # 1.43 target units apart); say so, and how to keep it.
             warnings.warn(
                 f"expert {self.name!r}: {type(self.model).__name__} is already fitted; it will "
-                "be refit (cloned and fitted on these rows, its fitted state ignored). Pass "
+                "be refit (cloned and fitted on these rows, its fitted state ignored); pass "
                 "prefit=True to use it as is",
                 UserWarning,
                 stacklevel=3,
