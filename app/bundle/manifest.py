@@ -12,7 +12,15 @@ from datetime import datetime
 from itertools import pairwise
 from typing import Annotated, Any, Final, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
 
 from app.bundle.normalise import Normaliser
 
@@ -117,11 +125,28 @@ class TargetSpec(_Strict):
     high: float | None = None
 
 
+class SourceEntry(_Strict):
+    """Where a pre-fitted expert came from: what the team named (a path as given, or
+    ``models:/name/version``), how it was stored, and the sha256 of the file read (none
+    for a Python object)."""
+
+    uri: str
+    format: str
+    sha256: str | None = None
+
+    @field_validator("sha256")
+    @classmethod
+    def _hex(cls, v: str | None) -> str | None:
+        if v is not None and not _SHA256.match(v):
+            raise ValueError("sha256 must be 64 lowercase hex characters")
+        return v
+
+
 class ExpertEntry(_Strict):
     name: str
     file: str
     sha256: str
-    kind: Literal["sklearn", "xgboost", "onnx"]
+    kind: Literal["sklearn", "xgboost", "lightgbm", "onnx"]
     inputs: list[str]
     output: str
     # Regression: the expert's predictive std in standardised units (OOF residual RMSE).
@@ -133,8 +158,21 @@ class ExpertEntry(_Strict):
     # (app.bundle.spread); the fused graph then outputs "expert_sds". None: sigma only.
     variance_output: str | None = None
     metrics: dict[str, float] = Field(default_factory=dict)
+    # Trained elsewhere and used as is (never refit); older manifests leave both out.
+    prefit: bool = False
+    source: SourceEntry | None = None
 
     _name = field_validator("name")(lambda v: check_safe_name(v, "expert name"))
+
+    @model_serializer(mode="wrap")
+    def _omit_unset(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # An expert fitted here writes the same manifest as before these fields existed.
+        data: dict[str, Any] = handler(self)
+        if not self.prefit:
+            data.pop("prefit", None)
+        if self.source is None:
+            data.pop("source", None)
+        return data
 
     @field_validator("sha256")
     @classmethod

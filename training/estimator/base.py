@@ -204,6 +204,7 @@ class _IABMABase(BaseEstimator):
             to_onnx=to_onnx,
             n_jobs=self.n_jobs,
             scheduler=self.scheduler,
+            classes=getattr(self, "classes_", None),
         ).fit(data.frame, y_fit, self.schema_)
         self.expert_fit_seconds_ = time.perf_counter() - t_experts
         self.expert_names_ = [e.name for e in experts]

@@ -58,7 +58,8 @@ class IABMARegressor(RegressorMixin, _IABMABase):
     def _standardise(self, outputs: np.ndarray) -> np.ndarray:
         out = np.array(outputs, dtype=np.float64)
         for j, e in enumerate(self.experts):
-            if e.kind == "onnx" and e.output_units == "original":
+            # A model trained elsewhere predicts the target's units (prefit objects always).
+            if e.is_prefit and e.output_units == "original":
                 out[:, j] = (out[:, j] - self.y_mean_) / self.y_scale_
         return out
 

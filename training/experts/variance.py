@@ -34,7 +34,7 @@ def check_variance_expert(expert: Expert, task: str) -> None:
             expert.variance_output,
             f"of expert {expert.name!r} applies to regression only",
         )
-    if expert.kind != "onnx" and not expert.prefit:
+    if not expert.is_prefit:  # Expert.check refuses it first; kept for direct callers
         raise ParameterError(
             "variance_output",
             expert.variance_output,

@@ -169,7 +169,7 @@ def test_a_variance_output_that_cannot_apply_is_refused(team) -> None:
         (_expert(team, "wide", "wide"), r"expert 'wide' gives shape \(\d+, 2\)"),
         (_expert(team, "ridge", "sd"), r"expert 'ridge' is not one of its graph's outputs"),
         (_expert(team, "ridge", "mean"), "expert 'ridge' is its mean output too"),
-        (Expert("fit_here", Ridge(), variance_output="v"), "expert 'fit_here' needs an ONNX"),
+        (Expert("fit_here", Ridge(), variance_output="v"), "applies only to a pre-fitted expert"),
     ]
     for expert, message in cases:
         est = IABMARegressor([expert, _expert(team, "forest")])
