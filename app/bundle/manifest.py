@@ -154,6 +154,9 @@ class ExpertEntry(_Strict):
     # Regression experts trained here predict the standardised target; a user-supplied ONNX
     # file predicts original units and is standardised on the way in.
     output_units: Literal["standardised", "original"] | None = None
+    # Regression: the graph output holding the expert's per-row predictive variance
+    # (app.bundle.spread); the fused graph then outputs "expert_sds". None: sigma only.
+    variance_output: str | None = None
     metrics: dict[str, float] = Field(default_factory=dict)
     # Trained elsewhere and used as is (never refit); older manifests leave both out.
     prefit: bool = False
@@ -295,6 +298,10 @@ class Manifest(_Strict):
                 raise ValueError("a regression bundle needs the target's mean and scale")
             if any(e.sigma is None or e.output_units is None for e in self.experts):
                 raise ValueError("every regression expert needs sigma and output_units")
+            if any(e.variance_output for e in self.experts) != (
+                "expert_sds" in self.ensemble.outputs
+            ):
+                raise ValueError("expert_sds is an ensemble output iff an expert has variance")
         if self.gate.prior is not None and len(self.gate.prior.baseline) != len(experts):
             raise ValueError("the prior baseline needs one value per expert")
         histogram = self.gate.weight_histogram

@@ -232,7 +232,9 @@ def _columnar(model: LoadedModel) -> Schema:
     else:
         parts["mean"], parts["std"] = column, column
         parts["interval"] = _object({"level": _const(INTERVAL), "lower": column, "upper": column})
-        parts["experts"] = _object({"mean": _array(_array(NUMBER, m)), "std": _array(NUMBER, m)})
+        # One std per expert, or per row and expert where the bundle serves per-row sds.
+        std = _array(_array(NUMBER, m)) if model.per_row_sds else _array(NUMBER, m)
+        parts["experts"] = _object({"mean": _array(_array(NUMBER, m)), "std": std})
     parts["weights"] = _array(_array(NUMBER, m))
     parts["uncertainty"] = _object({k: column for k in UNCERTAINTY})
     predictions = _object(

@@ -45,6 +45,7 @@ from training.experts.spec import Expert
 from training.export.ensemble import CLASSIFICATION_OUTPUTS, REGRESSION_OUTPUTS, write_ensemble
 from training.export.experts import write_expert
 from training.export.served import check_served
+from training.export.spread import SPREAD_OUTPUT
 from training.onnx_graph import GraphBuilder
 
 GATE_TOL = 1e-5
@@ -138,6 +139,14 @@ def seal_version(tmp: Path, manifest: Manifest, path: Path, publish: bool) -> No
         publish_latest(path.parent, path.name)
 
 
+def ensemble_outputs(task: str, experts: list[ExpertEntry]) -> list[str]:
+    """The fused graph's outputs: ``expert_sds`` too where an expert has its own variance."""
+    if task == "classification":
+        return list(CLASSIFICATION_OUTPUTS)
+    spread = [SPREAD_OUTPUT] if any(e.variance_output for e in experts) else []
+    return [*REGRESSION_OUTPUTS, *spread]
+
+
 def export_bundle(
     est: IABMAClassifier | IABMARegressor,
     store: Path | str,
@@ -194,6 +203,7 @@ def export_bundle(
                     output=output,
                     sigma=float(est.sigmas_[len(experts)]) if regression else None,
                     output_units=units,
+                    variance_output=spec.variance_output if regression else None,
                     metrics=(expert_metrics or {}).get(ename, {}),
                     prefit=spec.is_prefit,
                     source=source_entry(spec),
@@ -218,6 +228,12 @@ def export_bundle(
             "gate_parity_max_abs_diff": gate_diff,
             "ensemble_parity_max_abs_diff": ensemble_diff,
             "n_train_rows": int(est.evidence_.n),
+            # Regression experts with their own variance: rows the spread rule changed.
+            **(
+                {"variance_cleaned_rows": est.variance_counts_}
+                if getattr(est, "variance_counts_", None)
+                else {}
+            ),
             # Rows where a kNN expert's graph picked other, equally distant neighbours.
             "expert_tied_rows": {
                 n: int(m.tied_rows_)
@@ -244,9 +260,7 @@ def export_bundle(
             ensemble=EnsembleEntry(
                 file=ENSEMBLE_FILE,
                 sha256=sha256_file(tmp / ENSEMBLE_FILE),
-                outputs=list(
-                    CLASSIFICATION_OUTPUTS if est._task == "classification" else REGRESSION_OUTPUTS
-                ),
+                outputs=ensemble_outputs(est._task, experts),
             ),
             mixture=MixtureSpec(temperature=est.mixture_temperature_),
             input_rule=est.schema_.input_rule(),
