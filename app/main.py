@@ -11,10 +11,10 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from functools import partial
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from fastapi import FastAPI
 from starlette.types import Receive, Scope, Send
@@ -85,14 +85,12 @@ async def start_grpc(service: Service) -> GrpcServer | None:
     return server
 
 
-def create_app(settings: Settings | None = None) -> ServingApp:
-    """Build the app; ``settings`` default to the ``IABMA_*`` environment."""
-    settings = settings if settings is not None else load_settings()
-    setup_logging(settings)
-    service = Service(settings, tracing_from_environment())
+def _lifespan(service: Service, settings: Settings) -> Callable[[FastAPI], Any]:
+    """Start and stop what serving needs: the service, the gRPC port, the checkpoints'
+    signer, the drain hook; in reverse on the way out."""
 
     @asynccontextmanager
-    async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         started = now_us()  # the audit chains this process starts are the checkpointer's
         await service.start()
         try:
@@ -106,7 +104,7 @@ def create_app(settings: Settings | None = None) -> ServingApp:
             if signer is not None
             else None
         )
-        build_openapi()  # typed by the bundle just loaded, before the first client asks
+        app.state.build_openapi()  # typed by the bundle just loaded, before the first client asks
         uninstall = install_drain_hook(service.runtime, settings.drain_seconds)
         tune_gc()
         try:
@@ -122,11 +120,20 @@ def create_app(settings: Settings | None = None) -> ServingApp:
                 await signer.close()  # the chains' final heads, once the writer is done
             service.tracing.shutdown()
 
+    return lifespan
+
+
+def create_app(settings: Settings | None = None) -> ServingApp:
+    """Build the app; ``settings`` default to the ``IABMA_*`` environment."""
+    settings = settings if settings is not None else load_settings()
+    setup_logging(settings)
+    service = Service(settings, tracing_from_environment())
+
     app = ServingApp(
         title="IA-BMA serving",
         version=VERSION,
         description=DESCRIPTION,
-        lifespan=lifespan,
+        lifespan=_lifespan(service, settings),
     )
     app.state.service = service
     install_error_handlers(app)
@@ -151,7 +158,7 @@ def create_app(settings: Settings | None = None) -> ServingApp:
         _instrument(app, service.tracing)
     else:
         app.front = Front(partial(FastAPI.__call__, app), service, guard, app.routes, origins)
-    build_openapi = install_openapi(app, service)
+    app.state.build_openapi = install_openapi(app, service)
     return app
 
 

@@ -58,21 +58,7 @@ def add_parser(sub: Any) -> None:
         "rows as sent, in order",
     )
     p.add_argument("--id-column", default=None, help="the CSV column holding the request id")
-    p.add_argument(
-        "--add-expert",
-        action="append",
-        default=[],
-        metavar="NAME=SOURCE",
-        help="a trained model that joins the experts: an .onnx file with one (n, 1) input "
-        "per column it reads, named as the column (repeatable)",
-    )
-    p.add_argument(
-        "--retire-expert",
-        action="append",
-        default=[],
-        metavar="NAME",
-        help="an expert the refitted gate leaves out (repeatable)",
-    )
+    _add_expert_arguments(p)
     p.add_argument(
         "--exclude-poster",
         action="append",
@@ -95,6 +81,25 @@ def add_parser(sub: Any) -> None:
         help="point LATEST at it if it beats the served gate by more than one SE",
     )
     p.set_defaults(run=run)
+
+
+def _add_expert_arguments(p: argparse.ArgumentParser) -> None:
+    """Experts that join or leave the refitted gate."""
+    p.add_argument(
+        "--add-expert",
+        action="append",
+        default=[],
+        metavar="NAME=SOURCE",
+        help="a trained model that joins the experts: an .onnx file with one (n, 1) input "
+        "per column it reads, named as the column (repeatable)",
+    )
+    p.add_argument(
+        "--retire-expert",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="an expert the refitted gate leaves out (repeatable)",
+    )
 
 
 def _time_us(option: str, text: str | None) -> int | None:
@@ -212,26 +217,14 @@ def _inputs(args: argparse.Namespace, rows: list[Any], inputs: dict[int, Any], k
 
 
 def run(args: argparse.Namespace) -> int:
-    from app.audit.records import iso_from_us
-    from app.bundle.loader import BundleError, read_manifest, resolve_version
-    from app.cli.progress import ProgressBar
-    from training.errors import ParameterError
-    from training.estimator.base import fingerprint
+    from training.commands.refit_report import print_start, progress, write
     from training.refit.data import check_posters, check_rows
-    from training.refit.export import write_refit
     from training.refit.gate import GateRefit, check_holdout
-    from training.refit.report import comparison_lines, expert_lines, held_out_metrics, refit_record
+    from training.refit.report import comparison_lines, expert_lines
 
-    if (args.csv is None) != (args.id_column is None):
-        raise ParameterError("--csv", str(args.csv), "and --id-column go together")
-    try:
-        source = resolve_version(args.store, args.name, args.version)
-    except BundleError as exc:
-        option = "--version" if args.version else "--name"
-        raise ParameterError(option, args.version or args.name, str(exc)) from None
+    source, manifest = _opened(args)
     since, until = _time_us("--since", args.since), _time_us("--until", args.until)
     check_holdout(args.holdout)
-    manifest = read_manifest(source)
     gate_name, overrides = _gate_options(args, manifest)
     added = _expert_changes(args, manifest)
     posters = check_posters(args.exclude_poster)
@@ -255,56 +248,15 @@ def run(args: argparse.Namespace) -> int:
         )
     check_rows(rows, manifest)
     data = _inputs(args, rows, inputs, key)
-    window = f"{iso_from_us(int(data.record_us[0]))} to {iso_from_us(int(data.record_us[-1]))}"
-    print(
-        f"refitting the gate of {args.name} {source.name} on {len(rows):,} outcome rows "
-        f"served {window} by {', '.join(data.versions)} (read in {read_s:.1f} s)"
-    )
-    basis = (
-        f"the settings {source.name} records"
-        if args.combiner is None
-        else f"its defaults ({source.name}'s gate is {manifest.gate.combiner})"
-    )
-    changed = ", ".join(f"{k}={v!r}" for k, v in overrides.items())
-    print(f"gate: {gate_name} with {basis}" + (f", but {changed}" if changed else ""))
-    bar = ProgressBar(len(rows), "rows through the experts")
-
-    def progress(done: int, total: int) -> None:
-        bar.update(done)
-        if done == total:
-            bar.close()  # before the gate's own progress bars
-
+    print_start(args, (source, manifest), (len(rows), data, read_s), gate_name, overrides)
     t0 = time.perf_counter()
-    refit.fit(data.X, data.y, data.record_us, None if args.quiet else progress)
+    refit.fit(data.X, data.y, data.record_us, None if args.quiet else progress(len(rows)))
     fit_s = time.perf_counter() - t0
     for line in [*expert_lines(refit), *comparison_lines(refit, source.name)]:
         print(line)
     promote = bool(args.promote_if_better and refit.better)
-    provenance = refit_record(
-        refit,
-        data,
-        source=source.name,
-        since=args.since,
-        until=args.until,
-        inputs="csv" if args.csv is not None else "trail",
-        excluded=excluded,
-        combiner=gate_name,
-        overrides={
-            **({"combiner": args.combiner} if args.combiner is not None else {}),
-            **overrides,
-            **({"random_state": args.seed} if args.seed is not None else {}),
-        },
-        fit_seconds=fit_s,
-    )
     t_export = time.perf_counter()
-    path = write_refit(
-        refit,
-        args.store,
-        provenance=provenance,
-        metrics=held_out_metrics(refit),
-        data_fingerprint=fingerprint(data.X, data.y.astype(str)),
-        publish=promote,
-    )
+    path = write(args, refit, data, source, (gate_name, overrides), excluded, fit_s, promote)
     export_s = time.perf_counter() - t_export
     if promote:
         print(f"wrote {path} and pointed {path.parent / 'LATEST'} at it (better beyond one SE)")
@@ -320,3 +272,18 @@ def run(args: argparse.Namespace) -> int:
         f"{export_s:.1f} s, total {total:.1f} s"
     )
     return 0
+
+
+def _opened(args: argparse.Namespace) -> tuple[Path, Any]:
+    """The version to refit and its manifest; a bad option is named."""
+    from app.bundle.loader import BundleError, read_manifest, resolve_version
+    from training.errors import ParameterError
+
+    if (args.csv is None) != (args.id_column is None):
+        raise ParameterError("--csv", str(args.csv), "and --id-column go together")
+    try:
+        source = resolve_version(args.store, args.name, args.version)
+    except BundleError as exc:
+        option = "--version" if args.version else "--name"
+        raise ParameterError(option, args.version or args.name, str(exc)) from None
+    return source, read_manifest(source)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import time
 from pathlib import Path
 from typing import Any, Literal
@@ -45,20 +44,7 @@ def add_parser(sub: Any) -> None:
         help="keep at most this many levels of a categorical column; the rest share one "
         "'__other__' level (default 1000)",
     )
-    p.add_argument("--cv", type=int, default=5, help="folds for the experts' cross-fitting")
-    p.add_argument(
-        "--n-jobs",
-        type=int,
-        default=1,
-        help="processes for the experts' cross-fitting (-1: every core; default 1)",
-    )
-    p.add_argument(
-        "--scheduler",
-        default=None,
-        metavar="ADDRESS",
-        help="run the cross-fitting on this Dask scheduler (default: $IABMA_DASK_SCHEDULER; "
-        "needs the dask extra)",
-    )
+    _add_fitting_arguments(p)
     p.add_argument("--data-dir", type=Path, default=None, help="where the shared CSVs are")
     p.add_argument("--store", type=Path, default=Path("models_store"))
     p.add_argument("--name", required=True, help="bundle name")
@@ -81,6 +67,24 @@ def add_parser(sub: Any) -> None:
     )
     add_expert_arguments(p)
     p.set_defaults(run=run)
+
+
+def _add_fitting_arguments(p: argparse.ArgumentParser) -> None:
+    """How the experts' cross-fitting runs."""
+    p.add_argument("--cv", type=int, default=5, help="folds for the experts' cross-fitting")
+    p.add_argument(
+        "--n-jobs",
+        type=int,
+        default=1,
+        help="processes for the experts' cross-fitting (-1: every core; default 1)",
+    )
+    p.add_argument(
+        "--scheduler",
+        default=None,
+        metavar="ADDRESS",
+        help="run the cross-fitting on this Dask scheduler (default: $IABMA_DASK_SCHEDULER; "
+        "needs the dask extra)",
+    )
 
 
 def _kl_weight(text: str) -> float | Literal["auto"]:
@@ -232,10 +236,7 @@ def describe(train: Any, test: Any, max_categories: int) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from training.combiners.iabma_gate import IABMAGate
-    from training.estimator import IABMAClassifier, IABMARegressor
-    from training.evaluate import comparison_verdict, evaluate, format_table, plain_comparison
-    from training.export.bundle import export_bundle
+    from training.commands.train_report import export, print_fit, test_report
 
     t_load = time.perf_counter()
     if args.csv is not None and not args.quiet and args.csv.is_file():
@@ -245,6 +246,51 @@ def run(args: argparse.Namespace) -> int:
     if args.dry_run:
         print(describe(train, test, args.max_categories))
         return 0
+    est = _estimator(args, train, experts)
+    print(
+        f"training on {len(train.y)} rows x {train.X.shape[1]} features, "
+        f"{len(experts)} experts, testing on {len(test.y)} rows"
+    )
+    t0 = time.perf_counter()
+    est.fit(train.X, train.y)
+    fit_s = time.perf_counter() - t0
+    print_fit(est, fit_s)
+    t_eval = time.perf_counter()
+    results, experts_scores, versus = test_report(est, test, train.task)
+    seconds = {
+        "load": round(load_s, 2),
+        "experts": round(est.expert_fit_seconds_, 2),
+        "gate": round(est.gate_fit_seconds_, 2),
+        "evaluate": round(time.perf_counter() - t_eval, 2),
+    }
+    t_export = time.perf_counter()
+    path = export(args, est, train, test, results, experts_scores, versus, fit_s, seconds)
+    export_s = time.perf_counter() - t_export
+    if args.publish:
+        print(f"\nwrote {path} and pointed {path.parent / 'LATEST'} at it")
+    else:
+        print(
+            f"\nwrote {path}; serve it with: iabma promote --store {args.store} "
+            f"--name {args.name} {path.name}"
+        )
+    print(
+        f"timings: load {load_s:.1f} s, experts {est.expert_fit_seconds_:.1f} s, gate "
+        f"{est.gate_fit_seconds_:.1f} s, evaluate {seconds['evaluate']:.1f} s, export "
+        f"{export_s:.1f} s"
+    )
+    if args.mlflow_log:
+        from training.commands.mlflow_log import log_bundle
+
+        run_id, where = log_bundle(path)
+        print(f"logged the bundle as MLflow run {run_id} at {where}")
+    return 0
+
+
+def _estimator(args: argparse.Namespace, train: Any, experts: list[Any]) -> Any:
+    """The unfitted estimator the options describe."""
+    from training.combiners.iabma_gate import IABMAGate
+    from training.estimator import IABMAClassifier, IABMARegressor
+
     cls = IABMAClassifier if train.task == "classification" else IABMARegressor
     combiner: Any = args.combiner
     if args.combiner == "iabma":
@@ -252,7 +298,7 @@ def run(args: argparse.Namespace) -> int:
             kl_weight=_kl_weight(args.kl_weight), random_state=args.seed, verbose=not args.quiet
         )
     rule = train.rule
-    est = cls(
+    return cls(
         experts,
         combiner=combiner,
         na_values=sorted(rule.na_values),
@@ -266,91 +312,3 @@ def run(args: argparse.Namespace) -> int:
         n_jobs=args.n_jobs,
         scheduler=args.scheduler,
     )
-    print(
-        f"training on {len(train.y)} rows x {train.X.shape[1]} features, "
-        f"{len(experts)} experts, testing on {len(test.y)} rows"
-    )
-    t0 = time.perf_counter()
-    est.fit(train.X, train.y)
-    fit_s = time.perf_counter() - t0
-    # Pre-fitted experts are converted and checked, not fitted.
-    prefit = getattr(est.experts_, "likelihood_source_", None) == "prefit"
-    how = "converted, not refit," if prefit else "with cross-fitting"
-    print(
-        f"fitted in {fit_s:.1f} s (experts {how} {est.expert_fit_seconds_:.1f} s, "
-        f"gate {est.gate_fit_seconds_:.2f} s)"
-    )
-    selected = dict(getattr(est.combiner_, "selected_", {}))
-    reason = selected.pop("gate_reason", None)
-    if selected:
-        shown = {k: round(v, 4) if isinstance(v, float) else v for k, v in selected.items()}
-        shown.pop("held_out_nll", None)  # the reason below lists it
-        print("gate variant chosen on held-out training rows:", json.dumps(shown))
-    if reason is not None:
-        print(f"shipped gate: {selected['gate']}: {reason}")
-    t_eval = time.perf_counter()
-    results = evaluate(est, test.X, test.y)
-    eval_s = time.perf_counter() - t_eval
-    metrics = (
-        ["accuracy", "ece", "nll", "brier"]
-        if train.task == "classification"
-        else ["rmse", "r2", "nll", "crps", "coverage90"]
-    )
-    experts_scores = results.pop("experts")
-    print("\ntest metrics (ECE: 15 bins; regression in target units)")
-    print(format_table({**results, **{f"  {k}": v for k, v in experts_scores.items()}}, metrics))
-    versus = plain_comparison(est, test.X, test.y)
-    print(
-        f"\ntest NLL {versus['nll']:.4f} against the better plain combiner ({versus['rival']}) "
-        f"{versus['rival_nll']:.4f}: difference {versus['difference']:+.4f}, bootstrap standard "
-        f"error {versus['se_difference']:.4f} (paired, {versus['resamples']} resamples of the "
-        f"test rows; of the NLL itself {versus['se_nll']:.4f}); "
-        + comparison_verdict(versus["difference"], versus["se_difference"])
-    )
-    target = train.y.name or "y"
-    t_export = time.perf_counter()
-    path = export_bundle(
-        est,
-        args.store,
-        args.name,
-        test.X,
-        target_name=str(target),
-        metrics=results,
-        expert_metrics=experts_scores,
-        training={
-            "source": str(args.csv or args.dataset),
-            "fit_seconds": round(fit_s, 2),
-            "seconds": {
-                "load": round(load_s, 2),
-                "experts": round(est.expert_fit_seconds_, 2),
-                "gate": round(est.gate_fit_seconds_, 2),
-                "evaluate": round(eval_s, 2),
-            },
-            "n_test_rows": len(test.y),
-            "versus_plain": versus,
-            # `iabma check` re-derives the test rows of the same file from these.
-            "split": {"test_size": args.test_size, "seed": args.seed},
-            "drop": list(args.drop),
-            "encoding": args.encoding,  # check's default for the same file
-            **({"experts_file": str(args.experts)} if args.experts is not None else {}),
-        },
-        publish=args.publish,
-    )
-    export_s = time.perf_counter() - t_export
-    if args.publish:
-        print(f"\nwrote {path} and pointed {path.parent / 'LATEST'} at it")
-    else:
-        print(
-            f"\nwrote {path}; serve it with: iabma promote --store {args.store} "
-            f"--name {args.name} {path.name}"
-        )
-    print(
-        f"timings: load {load_s:.1f} s, experts {est.expert_fit_seconds_:.1f} s, gate "
-        f"{est.gate_fit_seconds_:.1f} s, evaluate {eval_s:.1f} s, export {export_s:.1f} s"
-    )
-    if args.mlflow_log:
-        from training.commands.mlflow_log import log_bundle
-
-        run_id, where = log_bundle(path)
-        print(f"logged the bundle as MLflow run {run_id} at {where}")
-    return 0

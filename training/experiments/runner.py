@@ -121,6 +121,49 @@ def run_quality(
     methods = check_methods(list(methods))
     data, csv_id, name, key, config = _checked(dataset, reps, config, csv, paper_literal)
     t_start = time.perf_counter()
+    got, rd = _run_reps(key, name, reps, methods, config, paper_literal, base_seed,
+                        (data, csv_id), data_dir, cache_dir, progress)  # fmt: skip
+
+    tuning = {
+        m: {**tuning_of(got.last[m].combiner, m), "temperatures": got.temperatures[m]}
+        for m in methods
+    }
+    results = aggregate(name, rd.task, reps, got.scores, got.fit_seconds, tuning, got.selected)
+    details = _details(
+        name,
+        rd,
+        reps,
+        config,
+        methods,
+        paper_literal,
+        base_seed,
+        csv,
+        got,
+        time.perf_counter() - t_start,
+    )
+    markdown = render_markdown(
+        results, header_lines(rd, reps, config["protocol"], paper_literal, base_seed)
+    )
+    write_outputs(out, results, details, markdown)
+    _plots(out, name, rd, got)
+    return results
+
+
+def _run_reps(
+    key: str,
+    name: str,
+    reps: int,
+    methods: list[str],
+    config: dict[str, Any],
+    paper_literal: bool,
+    base_seed: int,
+    csv: tuple[Any, str],
+    data_dir: Path | None,
+    cache_dir: Path | None,
+    progress: bool,
+) -> tuple[_Collected, RepData]:
+    """Every method on every repetition; what they gave, and the last repetition's data."""
+    data, csv_id = csv
     got = _Collected()
     bar = tqdm(total=reps * len(methods), desc=name, unit="fit", disable=not progress)
     rd: RepData | None = None
@@ -152,30 +195,7 @@ def run_quality(
         )
     bar.close()
     assert rd is not None
-
-    tuning = {
-        m: {**tuning_of(got.last[m].combiner, m), "temperatures": got.temperatures[m]}
-        for m in methods
-    }
-    results = aggregate(name, rd.task, reps, got.scores, got.fit_seconds, tuning, got.selected)
-    details = _details(
-        name,
-        rd,
-        reps,
-        config,
-        methods,
-        paper_literal,
-        base_seed,
-        csv,
-        got,
-        time.perf_counter() - t_start,
-    )
-    markdown = render_markdown(
-        results, header_lines(rd, reps, config["protocol"], paper_literal, base_seed)
-    )
-    write_outputs(out, results, details, markdown)
-    _plots(out, name, rd, got)
-    return results
+    return got, rd
 
 
 def _checked(
