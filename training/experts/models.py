@@ -238,7 +238,12 @@ class OnnxExpertModel:
         name: str,
     ) -> None:
         """Refuse a conversion that disagrees with the model's own predictions."""
-        want = converted.predict(sample[schema.inputs].set_axis(schema.names, axis=1))
+        try:
+            want = converted.predict(sample[schema.inputs].set_axis(schema.names, axis=1))
+        except Exception as exc:  # the team's own model failing on the training rows
+            raise ParameterError(
+                "model", name, f"fails to predict the training rows: {type(exc).__name__}: {exc}"
+            ) from None
         if self.task == "classification" and classes is not None:
             labels = converted.labels or list(range(want.shape[1]))
             if not _are_codes(labels, converted.labels, classes):

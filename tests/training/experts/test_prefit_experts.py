@@ -267,3 +267,18 @@ def test_an_export_that_would_not_serve_publishes_nothing(data_dir: Path, tmp_pa
         export_bundle(est, tmp_path, "credit", recent.head(50))
     assert current(tmp_path / "credit") == first.name
     assert [p.name for p in (tmp_path / "credit").iterdir() if p.is_dir()] == [first.name]
+
+
+def test_a_team_model_failing_on_the_rows_is_named() -> None:
+    """A team encoder that refuses a category it never saw: a clear error, no traceback."""
+    rng = np.random.default_rng(0)
+    X = pd.DataFrame({"x": rng.normal(size=200), "city": rng.choice(["oslo", "lima"], 200)})
+    y = X["x"] + (X["city"] == "lima")
+    old = X["city"] == "oslo"
+    cols = ColumnTransformer(
+        [("c", OneHotEncoder(handle_unknown="error"), ["city"])], remainder="passthrough"
+    )
+    team = Pipeline([("cols", cols), ("ridge", Ridge())]).fit(X[old], y[old])
+    experts = [Expert("team", team, prefit=True), Expert("ridge", Ridge())]
+    with pytest.raises(ParameterError, match="model='team' fails to predict the training rows"):
+        IABMARegressor(experts, cv=2).fit(X, y)
