@@ -90,8 +90,14 @@ def _add_expert_arguments(p: argparse.ArgumentParser) -> None:
         action="append",
         default=[],
         metavar="NAME=SOURCE",
-        help="a trained model that joins the experts: an .onnx file with one (n, 1) input "
-        "per column it reads, named as the column (repeatable)",
+        help="a trained model that joins the experts (repeatable): any source an "
+        "experts.toml takes (.onnx, .skops, XGBoost .json/.ubj, LightGBM .txt, models:/...), "
+        "converted and checked against its own predictions on the outcome rows",
+    )
+    p.add_argument(
+        "--trust-pickle",
+        action="store_true",
+        help="allow --add-expert to load pickles (joblib files, MLflow's pickled models)",
     )
     p.add_argument(
         "--retire-expert",
@@ -171,7 +177,7 @@ def _expert_changes(args: argparse.Namespace, manifest: Any) -> list[Any]:
 
     names = [parse_added(text)[0] for text in args.add_expert]
     check_changes(manifest, names, args.retire_expert)
-    return [load_added(text, manifest) for text in args.add_expert]
+    return [load_added(text, manifest, args.trust_pickle) for text in args.add_expert]
 
 
 def _read(

@@ -22,30 +22,20 @@ import numpy as np
 import onnxruntime as ort
 import pandas as pd
 
-from app.bundle.drift import WEIGHT_EDGES
 from app.bundle.loader import sha256_file
-from app.bundle.manifest import (
-    MANIFEST_FILE,
-    EnsembleEntry,
-    ExpertEntry,
-    GateEntry,
-    Manifest,
-    MixtureSpec,
-    PriorSpec,
-    SourceEntry,
-    TargetSpec,
-    WeightHistogram,
-    check_safe_name,
-)
+from app.bundle.manifest import MANIFEST_FILE, EnsembleEntry, Manifest, MixtureSpec, check_safe_name
 from app.bundle.pointer import fsync_dir, publish_latest
-from training.combiners.iabma_gate import IABMAGate
 from training.errors import ExportError, ParameterError
 from training.estimator import IABMAClassifier, IABMARegressor, as_frame
-from training.experts.spec import Expert
-from training.export.ensemble import CLASSIFICATION_OUTPUTS, REGRESSION_OUTPUTS, write_ensemble
-from training.export.experts import write_expert
+from training.export.ensemble import write_ensemble
+from training.export.entries import (
+    ensemble_outputs,
+    expert_entries,
+    gate_entry,
+    target_spec,
+    training_info,
+)
 from training.export.served import check_served
-from training.export.spread import SPREAD_OUTPUT
 from training.onnx_graph import GraphBuilder
 
 GATE_TOL = 1e-5
@@ -97,31 +87,6 @@ def write_gate(est: IABMAClassifier | IABMARegressor, path: Path, X_check: pd.Da
     return diff
 
 
-def _target(est: IABMAClassifier | IABMARegressor, target_name: str) -> TargetSpec:
-    if isinstance(est, IABMAClassifier):
-        classes = est.classes_.tolist()
-        # Integer labels stay numbers in the manifest; any other label is text.
-        integers = all(isinstance(c, int) for c in classes)
-        labels: list[str] | list[int] = classes if integers else [str(c) for c in classes]
-        return TargetSpec(name=target_name, classes=labels)
-    return TargetSpec(
-        name=target_name, mean=est.y_mean_, scale=est.y_scale_, low=est.y_low_, high=est.y_high_
-    )
-
-
-def weight_histogram(est: IABMAClassifier | IABMARegressor) -> WeightHistogram | None:
-    """The gate's weights on its training rows, per expert (None for an estimator fitted
-    before they were counted)."""
-    counts = getattr(est, "gate_weight_counts_", None)
-    if counts is None:
-        return None
-    return WeightHistogram(
-        edges=list(WEIGHT_EDGES),
-        counts={name: c.tolist() for name, c in zip(est.expert_names_, counts, strict=True)},
-        rows=int(counts[0].sum()),
-    )
-
-
 def seal_version(tmp: Path, manifest: Manifest, path: Path, publish: bool) -> None:
     """Write ``manifest.json`` last into ``tmp``, make every file read-only, rename ``tmp``
     to ``path`` (atomic on one filesystem) and, with ``publish``, point ``LATEST`` at it."""
@@ -137,14 +102,6 @@ def seal_version(tmp: Path, manifest: Manifest, path: Path, publish: bool) -> No
     fsync_dir(path.parent)
     if publish:
         publish_latest(path.parent, path.name)
-
-
-def ensemble_outputs(task: str, experts: list[ExpertEntry]) -> list[str]:
-    """The fused graph's outputs: ``expert_sds`` too where an expert has its own variance."""
-    if task == "classification":
-        return list(CLASSIFICATION_OUTPUTS)
-    spread = [SPREAD_OUTPUT] if any(e.variance_output for e in experts) else []
-    return [*REGRESSION_OUTPUTS, *spread]
 
 
 def export_bundle(
@@ -183,80 +140,22 @@ def export_bundle(
     tmp = root / f".tmp-{version}-{os.getpid()}"
     (tmp / "experts").mkdir(parents=True)
     try:
-        experts: list[ExpertEntry] = []
-        for ename, spec, model in zip(
-            est.expert_names_, est.experts, est.experts_.models_, strict=True
-        ):
-            rel = f"experts/{ename}.onnx"
-            output, inputs = write_expert(model, ename, tmp / rel)
-            regression = isinstance(est, IABMARegressor)
-            units = (
-                (spec.output_units if spec.is_prefit else "standardised") if regression else None
-            )
-            experts.append(
-                ExpertEntry(
-                    name=ename,
-                    file=rel,
-                    sha256=sha256_file(tmp / rel),
-                    kind=spec.kind,
-                    inputs=inputs,
-                    output=output,
-                    sigma=float(est.sigmas_[len(experts)]) if regression else None,
-                    output_units=units,
-                    variance_output=spec.variance_output if regression else None,
-                    metrics=(expert_metrics or {}).get(ename, {}),
-                    prefit=spec.is_prefit,
-                    source=source_entry(spec),
-                )
-            )
+        experts = expert_entries(est, tmp, expert_metrics or {})
         gate_diff = write_gate(est, tmp / "gate.onnx", X_check)
         original = [e.output_units == "original" for e in experts]
         ensemble_diff = write_ensemble(est, tmp / ENSEMBLE_FILE, X_check, original)
-        comb = est.combiner_
-        prior = None
-        if isinstance(comb, IABMAGate):
-            prior = PriorSpec(
-                baseline=comb.prior_baseline_.tolist(),
-                temperature=comb.prior_temperature_,
-                reduction=comb.energy_reduction,
-                energy_scale=comb.energy_scale,
-            )
-        info = {
-            **fitting_info(est),
-            "random_state": est.random_state,
-            "gate_fit_seconds": round(est.gate_fit_seconds_, 4),
+        diffs = {
             "gate_parity_max_abs_diff": gate_diff,
             "ensemble_parity_max_abs_diff": ensemble_diff,
-            "n_train_rows": int(est.evidence_.n),
-            # Regression experts with their own variance: rows the spread rule changed.
-            **(
-                {"variance_cleaned_rows": est.variance_counts_}
-                if getattr(est, "variance_counts_", None)
-                else {}
-            ),
-            # Rows where a kNN expert's graph picked other, equally distant neighbours.
-            "expert_tied_rows": {
-                n: int(m.tied_rows_)
-                for n, m in zip(est.expert_names_, est.experts_.models_, strict=True)
-            },
-            **(training or {}),
         }
         manifest = Manifest(
             name=name,
             version=version,
             task=est._task,
             features=list(est.schema_.features),
-            target=_target(est, target_name),
+            target=target_spec(est, target_name),
             experts=experts,
-            gate=GateEntry(
-                file="gate.onnx",
-                sha256=sha256_file(tmp / "gate.onnx"),
-                combiner=comb.name,
-                inputs=est.encoder_.schema.inputs,
-                params=comb.manifest_params(),
-                prior=prior,
-                weight_histogram=weight_histogram(est),
-            ),
+            gate=gate_entry(est, tmp / "gate.onnx"),
             ensemble=EnsembleEntry(
                 file=ENSEMBLE_FILE,
                 sha256=sha256_file(tmp / ENSEMBLE_FILE),
@@ -264,7 +163,7 @@ def export_bundle(
             ),
             mixture=MixtureSpec(temperature=est.mixture_temperature_),
             input_rule=est.schema_.input_rule(),
-            training=info,
+            training={**training_info(est, diffs), **(training or {})},
             metrics=metrics or {},
             data_fingerprint=est.data_fingerprint_,
             library_versions=library_versions(),
@@ -283,31 +182,3 @@ def export_bundle(
     if publish:
         publish_latest(root, version)
     return root / version
-
-
-def source_entry(spec: Expert) -> SourceEntry | None:
-    """Where a pre-fitted expert came from (its file, if it named one, is hashed)."""
-    if not spec.is_prefit:
-        return None
-    if spec.source is not None:
-        return SourceEntry(
-            uri=spec.source.uri, format=spec.source.format, sha256=spec.source.sha256
-        )
-    if spec.kind == "onnx":
-        path = Path(spec.model)
-        return SourceEntry(uri=str(spec.model), format="onnx", sha256=sha256_file(path))
-    return SourceEntry(uri=type(spec.model).__name__, format="object")
-
-
-def fitting_info(est: IABMAClassifier | IABMARegressor) -> dict[str, Any]:
-    """How the experts' likelihoods were obtained: a bundle of pre-fitted experts records
-    no cross-fitting it did not do; a mixed one says which expert was fitted how."""
-    source = getattr(est.experts_, "likelihood_source_", est.likelihood_source)
-    if source == "prefit":
-        return {"likelihood_source": "prefit", "cv": None}
-    info: dict[str, Any] = {"likelihood_source": est.likelihood_source, "cv": est.cv}
-    if any(e.is_prefit for e in est.experts):
-        info["expert_fitting"] = {
-            e.name: "prefit" if e.is_prefit else est.likelihood_source for e in est.experts
-        }
-    return info

@@ -11,7 +11,7 @@ out. Every check is made before a row is read, and names the option and its valu
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -54,6 +54,8 @@ class AddedExpert:
     model: onnx.ModelProto
     output: str
     source: Source
+    # A converted model's parity check on the refit's columns (None: an ONNX file as is).
+    check: Callable[[Columns], None] | None = None
 
     @property
     def inputs(self) -> list[str]:
@@ -153,9 +155,16 @@ def check_changes(manifest: Manifest, added: Sequence[str], retired: Sequence[st
         )  # fmt: skip
 
 
-def load_added(text: str, manifest: Manifest) -> AddedExpert:
-    """The expert ``--add-expert NAME=SOURCE`` names, its inputs mapped to the bundle's."""
+def load_added(text: str, manifest: Manifest, trust_pickle: bool = False) -> AddedExpert:
+    """The expert ``--add-expert NAME=SOURCE`` names, its inputs mapped to the bundle's: an
+    ONNX file with one input per column as it is, any other source converted
+    (:mod:`training.refit.converted`)."""
     name, uri = parse_added(text)
+    if not _per_column_onnx(uri, manifest):
+        from training.refit.converted import converted_expert
+
+        made = converted_expert(name, uri, text, manifest, trust_pickle)
+        return AddedExpert(name, _at_opset(made.model, text), made.output, made.source, made.check)
     model, source = load_graph(name, uri)
     by_name = {f.name: f.input for f in manifest.features}
     dtypes = {f.input: f.dtype for f in manifest.features}
@@ -190,6 +199,19 @@ def load_added(text: str, manifest: Manifest) -> AddedExpert:
             "the classifier's probabilities as a tensor (skl2onnx: zipmap=False)"
         )  # fmt: skip
     return AddedExpert(name, rename_inputs(_at_opset(model, text), renames), output, source)
+
+
+def _per_column_onnx(uri: str, manifest: Manifest) -> bool:
+    """Whether ``uri`` is an ONNX file whose every input is a column of the bundle."""
+    path = Path(uri)
+    if path.suffix != ".onnx" or not path.is_file():
+        return path.suffix == ".onnx"  # a missing .onnx file is refused by load_graph
+    known = {f.name for f in manifest.features} | {f.input for f in manifest.features}
+    try:
+        inputs = [i.name for i in onnx.load(str(path), load_external_data=False).graph.input]
+    except Exception:  # onnx raises its own untyped errors; load_graph names them
+        return True
+    return bool(inputs) and all(i in known for i in inputs)
 
 
 def _at_opset(model: onnx.ModelProto, text: str) -> onnx.ModelProto:
@@ -253,6 +275,8 @@ def expert_set(
     sigmas = [m.experts[j].sigma or np.nan for j in kept]
     parts = [served[:, kept]]
     for added in add:
+        if added.check is not None:
+            added.check(columns)
         out = added.run(columns, m.task, len(m.target.classes or []))
         if m.task == "regression":
             assert m.target.mean is not None and m.target.scale is not None
