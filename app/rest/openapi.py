@@ -15,10 +15,11 @@ from fastapi.openapi.utils import get_openapi
 from app.contract.schema import Components, Schema, ref
 from app.core.access import KeyRing, role_of
 from app.core.context import REQUEST_ID
+from app.core.nullable import valid_row
 from app.core.runtime import LoadedModel
 from app.core.service import Service
 from app.core.weights import DEFAULT_LIMIT, MAX_LIMIT
-from app.rest.schemas import ANSWERS, STRING, components, example_row, feature_value, oip_example
+from app.rest.schemas import ANSWERS, STRING, components, feature_value, oip_example
 
 # Every status besides 200 that each operation can answer. Every operation can answer 400:
 # an X-Request-ID header that is not a valid id is refused before routing.
@@ -195,7 +196,7 @@ def _typed(op: dict[str, Any], path: str, model: LoadedModel | None, comps: Comp
     if path == "/predict":
         examples: dict[str, Any] = {}
         if model is not None:
-            row = example_row(model)
+            row = valid_row(model)
             examples = {
                 "rows": {"value": {"instances": [row]}},
                 "columnar": {"value": {"instances": [row, row], "format": "columnar"}},
@@ -257,7 +258,7 @@ def weights_parameters(model: LoadedModel) -> list[Schema]:
     params: dict[str, Schema] = {}
     for name, schema in listing.items():
         params[name] = {"name": name, "in": "query", "required": False, "schema": schema}
-    example = example_row(model)
+    example = valid_row(model)
     for name in model.features.names:
         value = feature_value(model, name, in_query=True)
         if name in params:

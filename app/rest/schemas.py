@@ -29,10 +29,12 @@ from app.contract.performance import Performance
 from app.contract.request import PredictRequest
 from app.contract.schema import Components, Schema, Vocabulary
 from app.core.inputs import FLOAT32_MAX
+from app.core.nullable import nullable_features, valid_row
 from app.core.runtime import LoadedModel
 
 NUMBER: Schema = {"type": "number"}
 STRING: Schema = {"type": "string"}
+OPTIONAL_OBJECT: Schema = {"type": ["object", "null"]}
 # The answer of each route, as the contract describes it.
 ANSWERS: dict[str, tuple[type, ...]] = {
     "/predict": (PredictResult,),
@@ -103,24 +105,28 @@ def category_values(model: LoadedModel, name: str) -> list[str] | None:
 
 def feature_value(model: LoadedModel, name: str, in_query: bool = False) -> Schema:
     """One feature's value: a float32-range number or a category; missing is ``null`` in a
-    JSON body, and an empty value in a query string (where there is no ``null``)."""
+    JSON body, and an empty value in a query string (where there is no ``null``). A body's
+    ``null`` is offered only where the bundle answers it (:func:`nullable_features`)."""
     table = model.features
-    missing = "an empty value" if in_query else "null"
+    nullable = not in_query and name in nullable_features(model)
+    missing = "an empty value for a missing value" if in_query else "null for a missing value"
+    if not in_query and not nullable:
+        missing = "never null: an expert gives no finite answer without it"
     if name in table.numeric:
         kind = "number"
         out: Schema = {"minimum": -FLOAT32_MAX, "maximum": FLOAT32_MAX}
-        what = f"A number (numeric text is read too); {missing} for a missing value."
+        what = f"A number (numeric text is read too); {missing}."
     else:
         kind = "string"
         cats = category_values(model, name)
         shown = table.categories[name].shown()
-        out = {} if cats is None else {"enum": cats if in_query else [*cats, None]}
+        out = {} if cats is None else {"enum": [*cats, None] if nullable else cats}
         what = (
-            f"A category among {shown}; {missing} for a missing value."
+            f"A category among {shown}; {missing}."
             if cats is not None
             else f"Text; known categories {shown}, any other is read as missing or other."
         )
-    return {"type": kind if in_query else [kind, "null"], **out, "description": what}
+    return {"type": [kind, "null"] if nullable else kind, **out, "description": what}
 
 
 def instance(model: LoadedModel) -> Schema:
@@ -129,17 +135,8 @@ def instance(model: LoadedModel) -> Schema:
     return _object(
         {name: feature_value(model, name) for name in names},
         description="Every feature of the model, by the name in the training data; "
-        "null for a missing value.",
+        "null for a missing value where the feature's schema takes it.",
     )
-
-
-def example_row(model: LoadedModel) -> dict[str, Any]:
-    """A valid row for the examples: 1.0 for numbers, the first category of the others."""
-    table = model.features
-    return {
-        name: 1.0 if name in table.numeric else table.categories[name].categories[0]
-        for name in table.names
-    }
 
 
 def oip_example(model: LoadedModel) -> dict[str, Any]:
@@ -147,9 +144,13 @@ def oip_example(model: LoadedModel) -> dict[str, Any]:
     tensors = [
         {"name": name, "datatype": "FP64" if name in numeric else "BYTES", "shape": [1, 1],
          "data": [value]}
-        for name, value in example_row(model).items()
+        for name, value in valid_row(model).items()
     ]  # fmt: skip
     return {"inputs": tensors}
+
+
+def _contains_tensor(name: str) -> Schema:
+    return {"contains": {"required": ["name"], "properties": {"name": _const(name)}}}
 
 
 def oip_request(model: LoadedModel, max_rows: int) -> Schema:
@@ -176,7 +177,7 @@ def oip_request(model: LoadedModel, max_rows: int) -> Schema:
                         "maxItems": 2,
                     },
                     "data": _array({"anyOf": [value, _array(value, 1)]}, minItems=1),
-                    "parameters": {"type": "object"},
+                    "parameters": OPTIONAL_OBJECT,
                 },
             }
         )
@@ -185,19 +186,34 @@ def oip_request(model: LoadedModel, max_rows: int) -> Schema:
         "required": ["inputs"],
         "additionalProperties": False,
         "properties": {
-            "id": STRING,
-            "parameters": {"type": "object"},
-            "inputs": _array({"anyOf": tensors}, minItems=1, maxItems=len(table.names)),
-            "outputs": _array(
-                {
-                    "type": "object",
-                    "required": ["name"],
-                    "properties": {"name": {"enum": list(output_names(model))}},
-                }
+            # The server reads null as absent, here and in every tensor's parameters.
+            "id": {"type": ["string", "null"]},
+            "parameters": OPTIONAL_OBJECT,
+            # Every feature's tensor, each once: the server refuses a request without one.
+            "inputs": _array(
+                {"anyOf": tensors},
+                minItems=len(table.names),
+                maxItems=len(table.names),
+                allOf=[_contains_tensor(name) for name in table.names],
             ),
+            "outputs": {
+                "anyOf": [
+                    _array(
+                        {
+                            "type": "object",
+                            "required": ["name"],
+                            "properties": {
+                                "name": {"enum": list(output_names(model))},
+                                "parameters": OPTIONAL_OBJECT,
+                            },
+                        }
+                    ),
+                    {"type": "null"},
+                ]
+            },
         },
-        "description": "Every feature as one tensor named as in the training data; "
-        "all tensors have the same number of rows.",
+        "description": "Every feature as one tensor named as in the training data, each "
+        "once; all tensors have the same number of rows.",
     }
 
 
