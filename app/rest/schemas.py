@@ -1,11 +1,12 @@
 """The OpenAPI schemas of one served bundle, from the contract and the bundle's features.
 
-The request and answer types come from :mod:`app.contract`, named for this bundle (its
-experts, classes, task and row limit). What only the bundle knows is made here: each
-feature under the client's own name (any text), required and nullable as
-:class:`~app.core.inputs.FeatureTable` enforces it, numbers bounded by float32 like the
-graphs, categories as an enum wherever an unseen one is refused; the columnar answer;
-and the Open Inference Protocol's tensors.
+The request and answer types, the columnar and OIP answers among them, come from
+:mod:`app.contract`, named for this bundle (its experts, classes, outputs, task and row
+limit). What only the bundle knows is made here: each feature under the client's own name
+(any text), required as :class:`~app.core.inputs.FeatureTable` enforces it and nullable
+where the bundle answers a missing value (:mod:`app.core.nullable`), numbers bounded by
+float32 like the graphs, categories as an enum wherever an unseen one is refused; and the
+Open Inference Protocol's input tensors.
 """
 
 from __future__ import annotations
@@ -15,7 +16,6 @@ from typing import Any
 from app.bundle.mixture import INTERVAL
 from app.codecs.oip import NUMERIC_TYPES, output_names
 from app.contract.answers import (
-    UNCERTAINTY,
     AuditRecord,
     ErrorBody,
     GateWeights,
@@ -24,7 +24,9 @@ from app.contract.answers import (
     RecordPage,
     Reloaded,
 )
+from app.contract.columns import InferenceResponse, PredictColumnarAnswer
 from app.contract.feedback import FeedbackRequest, FeedbackResult
+from app.contract.models import ModelsAnswer
 from app.contract.performance import Performance
 from app.contract.request import PredictRequest
 from app.contract.schema import Components, Schema, Vocabulary
@@ -32,16 +34,17 @@ from app.core.inputs import FLOAT32_MAX
 from app.core.nullable import nullable_features, valid_row
 from app.core.runtime import LoadedModel
 
-NUMBER: Schema = {"type": "number"}
 STRING: Schema = {"type": "string"}
 OPTIONAL_OBJECT: Schema = {"type": ["object", "null"]}
 # The answer of each route, as the contract describes it.
 ANSWERS: dict[str, tuple[type, ...]] = {
-    "/predict": (PredictResult,),
+    "/predict": (PredictResult, PredictColumnarAnswer),
     "/weights": (AuditRecord, GateWeights, RecordPage),
     "/admin/reload": (Reloaded,),
     "/feedback": (FeedbackResult,),
     "/performance": (Performance,),
+    "/v2/models/{name}/infer": (InferenceResponse,),
+    "/models": (ModelsAnswer,),
 }
 
 
@@ -58,6 +61,7 @@ def components(model: LoadedModel | None, max_rows: int) -> tuple[dict[str, Sche
             class_keys=tuple(model.class_keys),
             interval=INTERVAL,
             max_rows=max_rows,
+            outputs=output_names(model),
         )
     comps = Components(vocabulary)
     described: list[type] = [PredictRequest, FeedbackRequest, ErrorBody, OipError]
@@ -68,9 +72,7 @@ def components(model: LoadedModel | None, max_rows: int) -> tuple[dict[str, Sche
     schemas = dict(comps.schemas)
     if model is not None:
         schemas["Instance"] = instance(model)
-        schemas["PredictColumnarAnswer"] = _columnar(model)
         schemas["InferenceRequest"] = oip_request(model, max_rows)
-        schemas["InferenceResponse"] = oip_answer(model)
     return schemas, comps
 
 
@@ -215,76 +217,3 @@ def oip_request(model: LoadedModel, max_rows: int) -> Schema:
         "description": "Every feature as one tensor named as in the training data, each "
         "once; all tensors have the same number of rows.",
     }
-
-
-# -- answers -----------------------------------------------------------------------------------
-def _header(model: LoadedModel) -> dict[str, Schema]:
-    return {
-        "model": _const(model.name),
-        "version": STRING,
-        "request_id": STRING,
-        "task": _const(model.task),
-    }
-
-
-def _columnar(model: LoadedModel) -> Schema:
-    """``format: columnar``: one array per field, in instance order."""
-    m, column = len(model.experts), _array(NUMBER)
-    classification = model.task == "classification"
-    parts: dict[str, Schema] = {}
-    meta: dict[str, Schema] = {"format": _const("columnar"), "experts": _const(list(model.experts))}
-    if classification:
-        c = len(model.classes)
-        meta["classes"] = _const(list(model.classes))
-        label: Schema = {"enum": list(model.classes)}
-        parts["label"] = _array(label)
-        parts["probabilities"] = _array(_array(NUMBER, c))
-        parts["experts"] = _object(
-            {
-                "label": _array(_array(label, m)),
-                "probabilities": _array(_array(_array(NUMBER, c), m)),
-            }
-        )
-    else:
-        parts["mean"], parts["std"] = column, column
-        parts["interval"] = _object({"level": _const(INTERVAL), "lower": column, "upper": column})
-        parts["experts"] = _object({"mean": _array(_array(NUMBER, m)), "std": _array(NUMBER, m)})
-    parts["weights"] = _array(_array(NUMBER, m))
-    parts["uncertainty"] = _object({k: column for k in UNCERTAINTY})
-    predictions = _object(
-        parts,
-        required=False,
-        minProperties=1,
-        description="One array per field, rows in instance order; the fields follow include.",
-    )
-    return _object({**_header(model), **meta, "predictions": predictions})
-
-
-def oip_answer(model: LoadedModel) -> Schema:
-    tensor = {
-        "type": "object",
-        "required": ["name", "datatype", "shape", "data"],
-        "properties": {
-            "name": {"enum": list(output_names(model))},
-            "datatype": STRING,
-            "shape": _array({"type": "integer", "minimum": 0}),
-            "data": _array({"type": ["number", "string"]}),
-            "parameters": {"type": "object"},
-        },
-        "additionalProperties": False,
-    }
-    return _object(
-        {
-            "model_name": _const(model.name),
-            "model_version": STRING,
-            "id": STRING,
-            "parameters": _object(
-                {
-                    "request_id": STRING,
-                    "task": _const(model.task),
-                    "experts": _const(list(model.experts)),
-                }
-            ),
-            "outputs": _array(tensor),
-        }
-    )
