@@ -21,27 +21,37 @@ def score(
     weights: np.ndarray,
     y_enc: np.ndarray,
     temperature: float = 1.0,
+    sigmas: np.ndarray | None = None,
 ) -> dict[str, float]:
+    """Scores of one mixture; ``sigmas`` are the experts' sds at these rows (regression;
+    the constant ``est.sigmas_`` if None)."""
     if isinstance(est, IABMAClassifier):
         return classification_scores(mix_classification(weights, outputs, temperature).proba, y_enc)
-    mix = mix_regression(weights, outputs, est.sigmas_, temperature)
+    mix = mix_regression(weights, outputs, est.sigmas_ if sigmas is None else sigmas, temperature)
     return regression_scores(mix, y_enc, est.y_scale_, mix.quantile(0.05), mix.quantile(0.95))
+
+
+def _sigmas(est: IABMAClassifier | IABMARegressor, X: Any) -> np.ndarray | None:
+    """The experts' sds at ``X`` (per row where some give their own variance)."""
+    return est.expert_sigmas(X) if isinstance(est, IABMARegressor) else None
 
 
 def evaluate(est: IABMAClassifier | IABMARegressor, X: Any, y: Any) -> dict[str, Any]:
     """``{"iabma": scores, "uniform": scores, "experts": {name: scores}}`` on ``(X, y)``."""
     y_enc = est.encode_target(y)
     outputs = est.expert_outputs(X)
+    s = _sigmas(est, X)
     n, m = outputs.shape[:2]
+    w = est.weights(X)
     result: dict[str, Any] = {
-        est.combiner_.name: score(est, outputs, est.weights(X), y_enc, est.mixture_temperature_),
-        "uniform": score(est, outputs, np.full((n, m), 1.0 / m), y_enc),
+        est.combiner_.name: score(est, outputs, w, y_enc, est.mixture_temperature_, s),
+        "uniform": score(est, outputs, np.full((n, m), 1.0 / m), y_enc, sigmas=s),
         "experts": {},
     }
     for j, name in enumerate(est.expert_names_):
         onehot = np.zeros((n, m))
         onehot[:, j] = 1.0
-        result["experts"][name] = score(est, outputs, onehot, y_enc)
+        result["experts"][name] = score(est, outputs, onehot, y_enc, sigmas=s)
     return result
 
 
@@ -55,12 +65,13 @@ def row_nll(
     weights: np.ndarray,
     y_enc: np.ndarray,
     temperature: float = 1.0,
+    sigmas: np.ndarray | None = None,
 ) -> np.ndarray:
     """Per-row test NLL of a mixture; regression in the target's units, as ``score``."""
     if isinstance(est, IABMAClassifier):
         p = mix_classification(weights, outputs, temperature).proba
         return -np.log(np.clip(p[np.arange(len(y_enc)), y_enc], 1e-300, None))
-    mix = mix_regression(weights, outputs, est.sigmas_, temperature)
+    mix = mix_regression(weights, outputs, est.sigmas_ if sigmas is None else sigmas, temperature)
     return np.log(est.y_scale_) - mix.logpdf(y_enc)
 
 
@@ -87,11 +98,13 @@ def plain_comparison(est: IABMAClassifier | IABMARegressor, X: Any, y: Any) -> d
     """
     y_enc = est.encode_target(y)
     outputs = est.expert_outputs(X)
+    s = _sigmas(est, X)
     n, m = outputs.shape[:2]
-    ours = row_nll(est, outputs, est.weights(X), y_enc, est.mixture_temperature_)
-    plain = {"uniform": row_nll(est, outputs, np.full((n, m), 1.0 / m), y_enc)}
+    ours = row_nll(est, outputs, est.weights(X), y_enc, est.mixture_temperature_, s)
+    plain = {"uniform": row_nll(est, outputs, np.full((n, m), 1.0 / m), y_enc, sigmas=s)}
     for j, name in enumerate(est.expert_names_):
-        plain[f"expert {name}"] = row_nll(est, outputs, np.eye(m)[np.full(n, j)], y_enc)
+        onehot = np.eye(m)[np.full(n, j)]
+        plain[f"expert {name}"] = row_nll(est, outputs, onehot, y_enc, sigmas=s)
     rival = min(plain, key=lambda k: plain[k].mean())
     diff = ours - plain[rival]
     se = bootstrap_se(diff)

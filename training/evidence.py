@@ -23,7 +23,8 @@ class Evidence:
     y : class codes ``0..C-1`` (classification) or the standardised target (regression).
     log_lik : ``L[i, j] = log f_j(y_i | x_i)`` from clipped probabilities or Gaussians.
     proba : ``(n, m, C)`` clipped probabilities (classification only).
-    means, sigmas : ``(n, m)`` standardised means and ``(m,)`` stds (regression only).
+    means, sigmas : ``(n, m)`` standardised means and ``(m,)`` stds (regression only);
+        ``sigmas`` is ``(n, m)`` when some experts give a per-row predictive sd.
     y_low, y_high : range of the standardised training target (regression only); the
         regression prior integrates over it.
     """
@@ -67,6 +68,11 @@ class Evidence:
             log_lik=self.log_lik[idx],
             proba=pick(self.proba),
             means=pick(self.means),
+            sigmas=(
+                pick(self.sigmas)
+                if self.sigmas is not None and self.sigmas.ndim == 2
+                else self.sigmas
+            ),
         )
 
 

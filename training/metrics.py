@@ -94,10 +94,11 @@ def _crps_term(mu: np.ndarray, var: np.ndarray) -> np.ndarray:
 
 def mixture_crps(mix: RegressionMixture, y: np.ndarray) -> np.ndarray:
     """Closed-form CRPS of a Gaussian mixture (Grimit et al. 2006), per row."""
-    w, mu, s2 = mix.weights, mix.means, mix.sigmas**2
-    first = np.einsum("nm,nm->n", w, _crps_term(y[:, None] - mu, np.broadcast_to(s2, mu.shape)))
+    w, mu = mix.weights, mix.means
+    s2 = np.broadcast_to(mix.sigmas**2, mu.shape)  # (m,) or per-row (n, m) spreads
+    first = np.einsum("nm,nm->n", w, _crps_term(y[:, None] - mu, s2))
     dmu = mu[:, :, None] - mu[:, None, :]
-    pair_var = s2[:, None] + s2[None, :]
+    pair_var = s2[:, :, None] + s2[:, None, :]
     second = np.einsum("nj,nk,njk->n", w, w, _crps_term(dmu, np.broadcast_to(pair_var, dmu.shape)))
     return first - 0.5 * second
 

@@ -111,7 +111,8 @@ class AuditRecord:
     hash_key: bytes = field(repr=False)
     # Each expert's own prediction as served: (n, m, C) probabilities, or (n, m) means.
     expert_outputs: np.ndarray | None = None
-    # Regression: each expert's std (m,), then the mixture's temperature.
+    # Regression: each expert's std (m,), or per row (n * m,) where the bundle serves the
+    # experts' own per-row sds (app.bundle.spread), then the mixture's temperature.
     expert_spread: np.ndarray | None = None
 
     def version_key(self) -> tuple[Any, ...]:
@@ -173,7 +174,8 @@ CREATED_AT = LOG_COLUMNS.index("created_us")
 @dataclass(frozen=True)
 class ServedExperts:
     """What a record kept of its experts: ``outputs`` (n, m, C) probabilities or (n, m)
-    means; regression also each expert's ``std`` (m,) and the mixture's ``temperature``."""
+    means; regression also each expert's ``std``, (m,) or per row (n, m), and the
+    mixture's ``temperature``."""
 
     outputs: np.ndarray
     std: np.ndarray | None = None
@@ -189,7 +191,10 @@ def served_experts(
     values = np.frombuffer(blob, "<f8")
     if task == "classification":
         return ServedExperts(values.reshape(n, m, classes))
-    return ServedExperts(values[: n * m].reshape(n, m), values[n * m : n * m + m], values[-1])
+    std = values[n * m : -1]
+    if std.size != m:  # the experts' own per-row sds
+        std = std.reshape(n, m)
+    return ServedExperts(values[: n * m].reshape(n, m), std, values[-1])
 
 
 @lru_cache(maxsize=64)
@@ -265,10 +270,13 @@ def instances_json(a: codec.Answer, version: Version) -> list[dict[str, Any]]:
             for x, b, lo, hi in a.prediction.tolist()
         ]
         if a.expert_outputs is not None:
-            std = (a.expert_spread[:m] if a.expert_spread is not None else np.ones(m)).tolist()
+            spread = a.expert_spread
+            sds = np.ones(m) if spread is None else spread[:-1].reshape(-1, m)
             own = [
                 [{"mean": mu, "std": s} for mu, s in zip(means, std, strict=True)]
-                for means in a.expert_outputs.tolist()
+                for means, std in zip(
+                    a.expert_outputs.tolist(), np.broadcast_to(sds, (n, m)).tolist(), strict=True
+                )
             ]
     out = []
     for i in range(n):

@@ -98,8 +98,23 @@ def _group(rows: Sequence[tuple[Served, int, float]], picks: list[int]) -> Score
     else:
         assert spread.std is not None
         means = outputs[:, :, 0]
-        scores = regression(weights, answer[at], means, spread.std, spread.temperature, y)
+        std = _spreads(records, size, m, spread.std)
+        std = std if std.ndim == 1 else std[at]
+        scores = regression(weights, answer[at], means, std, spread.temperature, y)
     return Scored(first.version, first.experts, picks, weights, scores)
+
+
+def _spreads(records: list[Served], size: int, m: int, first: np.ndarray) -> np.ndarray:
+    """The experts' stds: the version's (m,) when every record kept the same, else each
+    record's rows' own (the bundle serves per-row sds), stacked as (rows, m)."""
+    tails = [_outputs(r)[size * r.n :] for r in records]
+    if first.ndim == 1 and all(t == tails[0] for t in tails):
+        return first
+    per = [
+        np.broadcast_to(np.frombuffer(t, "<f8")[:-1].reshape(-1, m), (r.n, m))
+        for t, r in zip(tails, records, strict=True)
+    ]
+    return np.concatenate(per)
 
 
 def _outputs(rec: Served) -> bytes:
@@ -132,7 +147,7 @@ def regression(
     y: np.ndarray,
 ) -> np.ndarray:
     """``answer`` (k, 4) the served mean, std and 90% interval; ``means`` (k, m) the
-    experts' served means, ``std`` (m,) their served stds; the mixture's components are
+    experts' served means, ``std`` (m,) or (k, m) their served stds; the mixture's components are
     the experts tempered by ``temperature``, as the served graph mixes them."""
     k, m = means.shape
     out = np.empty((k, 1 + m, KINDS))

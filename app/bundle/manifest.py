@@ -12,7 +12,15 @@ from datetime import datetime
 from itertools import pairwise
 from typing import Annotated, Any, Final, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
 
 from app.bundle.normalise import Normaliser
 
@@ -124,11 +132,23 @@ class TargetSpec(_Strict):
     high: float | None = None
 
 
+class SourceEntry(_Strict):
+    """Where a pre-fitted expert came from: what the team named (a path as given, or
+    ``models:/name/version``), how it was stored, and the sha256 of the file read (none
+    for a Python object)."""
+
+    uri: str
+    format: str
+    sha256: str | None = None
+
+    _sha256 = field_validator("sha256")(lambda v: v if v is None else check_sha256(v))
+
+
 class ExpertEntry(_Strict):
     name: str
     file: str
     sha256: str
-    kind: Literal["sklearn", "xgboost", "onnx"]
+    kind: Literal["sklearn", "xgboost", "lightgbm", "onnx"]
     inputs: list[str]
     output: str
     # Regression: the expert's predictive std in standardised units (OOF residual RMSE).
@@ -136,9 +156,25 @@ class ExpertEntry(_Strict):
     # Regression experts trained here predict the standardised target; a user-supplied ONNX
     # file predicts original units and is standardised on the way in.
     output_units: Literal["standardised", "original"] | None = None
+    # Regression: the graph output holding the expert's per-row predictive variance
+    # (app.bundle.spread); the fused graph then outputs "expert_sds". None: sigma only.
+    variance_output: str | None = None
     metrics: dict[str, float] = Field(default_factory=dict)
+    # Trained elsewhere and used as is (never refit); older manifests leave both out.
+    prefit: bool = False
+    source: SourceEntry | None = None
 
     _name = field_validator("name")(lambda v: check_safe_name(v, "expert name"))
+
+    @model_serializer(mode="wrap")
+    def _omit_unset(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # An expert fitted here writes the same manifest as before these fields existed.
+        data: dict[str, Any] = handler(self)
+        if not self.prefit:
+            data.pop("prefit", None)
+        if self.source is None:
+            data.pop("source", None)
+        return data
 
     _sha256 = field_validator("sha256")(check_sha256)
 
@@ -249,6 +285,10 @@ class Manifest(_Strict):
                 raise ValueError("a regression bundle needs the target's mean and scale")
             if any(e.sigma is None or e.output_units is None for e in self.experts):
                 raise ValueError("every regression expert needs sigma and output_units")
+            if any(e.variance_output for e in self.experts) != (
+                "expert_sds" in self.ensemble.outputs
+            ):
+                raise ValueError("expert_sds is an ensemble output iff an expert has variance")
         if self.gate.prior is not None and len(self.gate.prior.baseline) != len(experts):
             raise ValueError("the prior baseline needs one value per expert")
         histogram = self.gate.weight_histogram

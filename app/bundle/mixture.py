@@ -94,11 +94,20 @@ def mix_classification(
 
 @dataclass(frozen=True)
 class RegressionMixture:
-    """A Gaussian mixture per row, in standardised target units."""
+    """A Gaussian mixture per row, in standardised target units.
+
+    ``sigmas`` is (m,), one constant spread per expert, or (n, m) where some experts give
+    their own per-row predictive sd (:mod:`app.bundle.spread`); every method takes both.
+    """
 
     weights: np.ndarray  # (n, m)
     means: np.ndarray  # (n, m)
-    sigmas: np.ndarray  # (m,) after the mixture temperature
+    sigmas: np.ndarray  # (m,) or (n, m), after the mixture temperature
+
+    @property
+    def _s3(self) -> np.ndarray:
+        """``sigmas`` shaped to broadcast against (n, k, m) arrays."""
+        return self.sigmas[:, None, :] if self.sigmas.ndim == 2 else self.sigmas
 
     @property
     def mean(self) -> np.ndarray:
@@ -106,6 +115,8 @@ class RegressionMixture:
 
     @property
     def aleatoric(self) -> np.ndarray:
+        if self.sigmas.ndim == 2:
+            return np.einsum("nm,nm->n", self.weights, self.sigmas**2)
         return self.weights @ (self.sigmas**2)
 
     @property
@@ -131,14 +142,16 @@ class RegressionMixture:
 
     def pdf(self, y: np.ndarray) -> np.ndarray:
         """Density at ``y`` of shape (n, k): one column per point to evaluate."""
-        z = (np.asarray(y, dtype=np.float64)[:, :, None] - self.means[:, None, :]) / self.sigmas
-        dens = np.exp(-0.5 * z * z) / (self.sigmas * np.sqrt(2.0 * np.pi))
+        s = self._s3
+        z = (np.asarray(y, dtype=np.float64)[:, :, None] - self.means[:, None, :]) / s
+        dens = np.exp(-0.5 * z * z) / (s * np.sqrt(2.0 * np.pi))
         return np.einsum("nm,nkm->nk", self.weights, dens)
 
     def _cdf_pdf(self, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """CDF and density at ``y`` (n, k), from one standardisation of ``y``."""
-        z = (y[:, :, None] - self.means[:, None, :]) / self.sigmas
-        dens = np.exp(-0.5 * z * z) / (self.sigmas * np.sqrt(2.0 * np.pi))
+        s = self._s3
+        z = (y[:, :, None] - self.means[:, None, :]) / s
+        dens = np.exp(-0.5 * z * z) / (s * np.sqrt(2.0 * np.pi))
         cdf = 0.5 * erfc(-z / SQRT2)
         return (
             np.einsum("nm,nkm->nk", self.weights, cdf),
@@ -158,7 +171,7 @@ class RegressionMixture:
         # between the experts' own quantiles: a tight bracket (widened for normal_ppf's
         # 4.5e-4 error) and a good start (their weighted mean).
         z = normal_ppf(q)[:, :, None]  # (1, k, 1)
-        per_expert = self.means[:, None, :] + self.sigmas * z  # (n, k, m)
+        per_expert = self.means[:, None, :] + self._s3 * z  # (n, k, m)
         pad = 1e-3 * self.sigmas.max()
         lo = per_expert.min(axis=2) - pad
         hi = per_expert.max(axis=2) + pad
@@ -180,12 +193,13 @@ class RegressionMixture:
     def _quantiles_scalar(self, qs: Sequence[float], tol: float) -> np.ndarray:
         """The same bracketed Newton in plain Python, for a row or two: the vectorised one
         spends its time in the overhead of a dozen numpy calls per iteration."""
-        sigmas = self.sigmas.tolist()
-        inv = [1.0 / (s * math.sqrt(2.0)) for s in sigmas]
-        dens = [1.0 / (s * math.sqrt(2.0 * math.pi)) for s in sigmas]
-        pad = 1e-3 * max(sigmas)
+        rows = np.broadcast_to(self.sigmas, self.means.shape).tolist()
         out = np.empty((self.weights.shape[0], len(qs)))
         for i, (w, mu) in enumerate(zip(self.weights.tolist(), self.means.tolist(), strict=True)):
+            sigmas = rows[i]
+            inv = [1.0 / (s * math.sqrt(2.0)) for s in sigmas]
+            dens = [1.0 / (s * math.sqrt(2.0 * math.pi)) for s in sigmas]
+            pad = 1e-3 * max(sigmas)
             for k, q in enumerate(qs):
                 z = float(normal_ppf(np.asarray(q)))
                 per_expert = [m + s * z for m, s in zip(mu, sigmas, strict=True)]
@@ -218,7 +232,10 @@ class RegressionMixture:
 def mix_regression(
     weights: np.ndarray, means: np.ndarray, sigmas: np.ndarray, temperature: float = 1.0
 ) -> RegressionMixture:
-    """Mix Gaussian experts ``N(means[:, j], (temperature * sigmas[j])**2)``."""
+    """Mix Gaussian experts ``N(means[:, j], (temperature * sigmas[j])**2)``.
+
+    ``sigmas`` is (m,), or (n, m) when the spread varies by row.
+    """
     return RegressionMixture(
         weights=np.asarray(weights, dtype=np.float64),
         means=np.asarray(means, dtype=np.float64),

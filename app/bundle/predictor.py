@@ -17,6 +17,9 @@ import numpy as np
 from app.bundle.loader import OpenedBundle
 from app.bundle.mixture import INTERVAL, RegressionMixture, mix_regression
 from app.bundle.prior import expert_energy, prior_from_energy
+from app.bundle.spread import standardised_sds
+
+SPREAD_OUTPUT = "expert_sds"  # the fused graph's per-row expert sds (training.export.spread)
 
 CHUNK_ROWS = 512
 
@@ -34,6 +37,8 @@ class Prediction:
     std: np.ndarray | None = None  # (n,)
     interval: np.ndarray | None = None  # (n, 2), central INTERVAL
     expert_means: np.ndarray | None = None  # (n, m)
+    # (n, m) each expert's own sd, target units; only where some give a per-row variance
+    expert_sds: np.ndarray | None = None
     finite: bool = False  # every value above is finite (checked once per graph run)
 
     @property
@@ -58,6 +63,7 @@ class Prediction:
             std=pick(self.std),
             interval=pick(self.interval),
             expert_means=pick(self.expert_means),
+            expert_sds=pick(self.expert_sds),
             finite=self.finite,
         )
 
@@ -80,6 +86,7 @@ class Prediction:
             std=join("std"),
             interval=join("interval"),
             expert_means=join("expert_means"),
+            expert_sds=join("expert_sds"),
             finite=all(p.finite for p in parts),
         )
 
@@ -135,8 +142,9 @@ class BundlePredictor:
                 finite=finite,
             )
         bounds = None
+        sds = out.get(SPREAD_OUTPUT)
         if interval:
-            bounds = self.interval(out["weights"], out["expert_means"])
+            bounds = self.interval(out["weights"], out["expert_means"], sds)
             finite = finite and bool(np.isfinite(bounds).all())
         return Prediction(
             weights=out["weights"],
@@ -146,19 +154,31 @@ class BundlePredictor:
             std=out["std"],
             interval=bounds,
             expert_means=out["expert_means"],
+            expert_sds=sds,
             finite=finite,
         )
 
-    def mixture(self, weights: np.ndarray, expert_means: np.ndarray) -> RegressionMixture:
+    def sigmas(self, expert_sds: np.ndarray | None = None) -> np.ndarray:
+        """The experts' standardised sds: per row (n, m) from the graph's ``expert_sds``
+        where the bundle has them, else the manifest's constant (m,)."""
+        if expert_sds is None:
+            return self._sigmas
+        return standardised_sds(expert_sds, self._y_scale)
+
+    def mixture(
+        self, weights: np.ndarray, expert_means: np.ndarray, expert_sds: np.ndarray | None = None
+    ) -> RegressionMixture:
         """The regression mixture in standardised units, after the temperature."""
         standardised = (expert_means - self._y_mean) / self._y_scale
         return mix_regression(
-            weights, standardised, self._sigmas, self.manifest.mixture.temperature
+            weights, standardised, self.sigmas(expert_sds), self.manifest.mixture.temperature
         )
 
-    def interval(self, weights: np.ndarray, expert_means: np.ndarray) -> np.ndarray:
+    def interval(
+        self, weights: np.ndarray, expert_means: np.ndarray, expert_sds: np.ndarray | None = None
+    ) -> np.ndarray:
         tail = (1.0 - INTERVAL) / 2.0
-        bounds = self.mixture(weights, expert_means).quantiles([tail, 1.0 - tail])
+        bounds = self.mixture(weights, expert_means, expert_sds).quantiles([tail, 1.0 - tail])
         return bounds * self._y_scale + self._y_mean
 
     def gate_weights(self, columns: Mapping[str, np.ndarray]) -> tuple[np.ndarray, float]:
@@ -177,6 +197,6 @@ class BundlePredictor:
             outputs = (pred.expert_means - self._y_mean) / self._y_scale
         t = self.manifest.target
         energy = expert_energy(
-            outputs, self._sigmas, spec.energy_scale, t.low or 0.0, t.high or 0.0
+            outputs, self.sigmas(pred.expert_sds), spec.energy_scale, t.low or 0.0, t.high or 0.0
         )
         return prior_from_energy(energy, np.asarray(spec.baseline), spec.temperature)

@@ -58,7 +58,7 @@ def regression_energy_mc(
     if int(mc_samples) < 1:
         raise ValueError(f"mc_samples={mc_samples!r} must be a positive integer")
     ys = np.random.default_rng(random_state).uniform(low, high, size=int(mc_samples))
-    s = np.broadcast_to(np.asarray(scale, dtype=np.float64), means.shape[-1:])
+    s = np.broadcast_to(np.asarray(scale, dtype=np.float64), means.shape)
     out = np.zeros_like(means, dtype=np.float64)
     for y in ys:  # a loop over samples keeps memory at O(n m) for any mc_samples
         out += gaussian_logpdf(y, means, s)

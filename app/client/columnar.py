@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from app.client.errors import InvalidResponse
 from app.client.results import Label
@@ -48,7 +48,9 @@ class ColumnarResult:
     expert_labels: Sequence[Sequence[Label]] | None = None
     expert_probabilities: Sequence[Sequence[Sequence[float]]] | None = None
     expert_means: Sequence[Sequence[float]] | None = None
-    expert_std: Sequence[float] | None = None  # regression: one std per expert
+    # Regression: one std per expert, or per row and expert (a bundle whose experts give
+    # their own per-row variance).
+    expert_std: Sequence[float] | Sequence[Sequence[float]] | None = None
     uncertainty: Mapping[str, Sequence[float]] | None = None
     # Every batch's request id, in row order, when the frame went in several (one if not).
     request_ids: tuple[str, ...] = ()
@@ -81,13 +83,12 @@ class ColumnarResult:
                 )
         if self.expert_means is not None:
             out.update(_split(self.expert_means, [f"expert.{e}.mean" for e in self.experts]))
-        if self.expert_std is not None:
-            out.update(
-                {
-                    f"expert.{e}.std": [s] * n
-                    for e, s in zip(self.experts, self.expert_std, strict=True)
-                }
-            )
+        std = self.expert_std
+        if std is not None and len(std) and isinstance(std[0], Sequence):
+            per_row = cast(Sequence[Sequence[float]], std)
+            out.update(_split(per_row, [f"expert.{e}.std" for e in self.experts]))
+        elif std is not None:
+            out.update({f"expert.{e}.std": [s] * n for e, s in zip(self.experts, std, strict=True)})
         for k, v in (self.uncertainty or {}).items():
             out[f"uncertainty.{k}"] = list(v)
         return out

@@ -180,6 +180,8 @@ def numeric_block(result: InferenceResult, include: tuple[str, ...]) -> np.ndarr
     if "experts" in include:
         experts = p.expert_proba if p.expert_proba is not None else p.expert_means
         assert experts is not None
+        if p.expert_sds is not None:  # per expert: its mean, then its own sd at the row
+            experts = np.stack([experts, p.expert_sds], axis=2)
         parts.append(experts.reshape(p.n, -1))
     if "uncertainty" in include:
         parts.append(p.uncertainty)
@@ -226,7 +228,8 @@ def encode_columnar(result: InferenceResult, opts: Options, request_id: str) -> 
                 "probabilities": p.expert_proba,
             }
         else:
-            out["experts"] = {"mean": p.expert_means, "std": list(model.expert_std)}
+            std = list(model.expert_std) if p.expert_sds is None else p.expert_sds
+            out["experts"] = {"mean": p.expert_means, "std": std}
     if "uncertainty" in opts.include:
         u = p.uncertainty
         out["uncertainty"] = {k: np.ascontiguousarray(u[:, j]) for j, k in enumerate(UNCERTAINTY)}

@@ -221,6 +221,12 @@ def row_template(model: LoadedModel, include: Sequence[str]) -> RowTemplate:
                     b.text(b',"probabilities":')
                     b.numbers(model.class_keys)
                     b.text(b"}")
+                elif model.per_row_sds:  # each row's own sd, after its mean
+                    b.text(b'{"mean":')
+                    b.slot(NUMBER)
+                    b.text(b',"std":')
+                    b.slot(NUMBER)
+                    b.text(b"}")
                 else:
                     b.text(b'{"mean":')
                     b.slot(NUMBER)

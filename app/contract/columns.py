@@ -4,7 +4,8 @@ the Open Inference Protocol's output tensors (``POST /v2/models/{name}/infer``).
 Metadata as in :mod:`app.contract.answers`, and: ``task`` (a field of that task's answers
 only); ``need`` (always sent in that task's answers); ``shape`` (the sizes of nested
 arrays: None for one entry per row, ``experts`` or ``classes`` for one per expert or
-class). A ``Sequence`` is a column, read as the list sent.
+class); ``per_row_shape`` (the shape where the bundle serves per-row expert sds). A
+``Sequence`` is a column, read as the list sent.
 """
 
 from __future__ import annotations
@@ -38,7 +39,8 @@ class IntervalColumns:
 @dataclass(frozen=True)
 class ExpertColumns:
     """Each expert's own prediction: per row, one entry per expert, in ``experts`` order;
-    a regression expert's std is one number per expert, the same for every row."""
+    a regression expert's std is one number per expert, the same for every row, or one
+    per row and expert where the bundle's experts give their own per-row variance."""
 
     label: Sequence[Sequence[Label]] | None = field(
         default=None, metadata=_needed(C, enum="classes", shape=(None, "experts"))
@@ -49,7 +51,10 @@ class ExpertColumns:
     mean: Sequence[Sequence[float]] | None = field(
         default=None, metadata=_needed(R, shape=(None, "experts"))
     )
-    std: Sequence[float] | None = field(default=None, metadata=_needed(R, shape=("experts",)))
+    std: Sequence[float] | Sequence[Sequence[float]] | None = field(
+        default=None,
+        metadata=_needed(R, shape=("experts",), per_row_shape=(None, "experts")),
+    )
 
 
 @dataclass(frozen=True)

@@ -44,6 +44,7 @@ class Vocabulary:
     max_rows: int
 
     outputs: tuple[str, ...] = ()  # the OIP output tensors' names
+    per_row_sds: bool = False  # regression experts' std: per row and expert, not per expert
 
     def keys(self, which: str) -> tuple[str, ...]:
         return self.experts if which == "experts" else self.class_keys
@@ -133,9 +134,12 @@ class Components:
         return out
 
     def field(self, f: dataclasses.Field[Any], hint: Any) -> Schema:
-        meta, v = f.metadata, self.vocabulary
+        meta: Mapping[str, Any] = f.metadata
+        v = self.vocabulary
         if meta.get("omit"):
             hint = _without_none(hint)
+        if v is not None and "per_row_shape" in meta:
+            hint, meta = _per_row(hint, meta, v.per_row_sds)
         if v is not None and "const" in meta:
             out: Schema = {"const": v.const(meta["const"])}
         elif v is not None and meta.get("target"):
@@ -215,3 +219,15 @@ class Components:
 def _without_none(hint: Any) -> Any:
     args = [a for a in get_args(hint) if a is not type(None)]
     return args[0] if len(args) == 1 else Union[tuple(args)]  # noqa: UP007
+
+
+def _per_row(hint: Any, meta: Mapping[str, Any], per_row: bool) -> tuple[Any, dict[str, Any]]:
+    """A field sent per expert, or per row and expert (``per_row_shape``) where the bundle
+    says so: the array type of the matching depth, and its shape."""
+    shape = meta["per_row_shape"] if per_row else meta["shape"]
+    picked = next(a for a in get_args(hint) if _depth(a) == len(shape))
+    return picked, {**meta, "shape": shape}
+
+
+def _depth(hint: Any) -> int:
+    return 1 + _depth(get_args(hint)[0]) if is_array(hint) else 0

@@ -79,6 +79,11 @@ class LoadedModel:
         )
 
     @cached_property
+    def per_row_sds(self) -> bool:
+        """Regression: the bundle serves each expert's own sd per row (``expert_sds``)."""
+        return any(e.variance_output for e in self.manifest.experts)
+
+    @cached_property
     def expert_spread(self) -> np.ndarray | None:
         """Regression: each expert's std (target units), then the mixture's temperature,
         as the audit record keeps them beside the experts' means."""

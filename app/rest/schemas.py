@@ -62,6 +62,7 @@ def components(model: LoadedModel | None, max_rows: int) -> tuple[dict[str, Sche
             interval=INTERVAL,
             max_rows=max_rows,
             outputs=output_names(model),
+            per_row_sds=model.task == "regression" and model.per_row_sds,
         )
     comps = Components(vocabulary)
     described: list[type] = [PredictRequest, FeedbackRequest, ErrorBody, OipError]

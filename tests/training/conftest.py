@@ -15,6 +15,7 @@ from sklearn.ensemble import (
 from sklearn.linear_model import LogisticRegression, Ridge
 from sklearn.neighbors import KNeighborsClassifier, KNeighborsRegressor
 
+from tests.support.team_files import TeamFiles, write_team_files
 from training.datasets import Dataset, load_shared, simulate
 from training.estimator import IABMAClassifier, IABMARegressor
 from training.experts.defaults import simulation_experts
@@ -70,3 +71,9 @@ def california_fit(data_dir) -> Fitted:
     train, test = holdout_split(small, 0.2, 0)
     est = IABMARegressor(light_regressors(), random_state=0).fit(train.X, train.y)
     return Fitted(est, train, test)
+
+
+@pytest.fixture(scope="session")
+def team(tmp_path_factory: pytest.TempPathFactory) -> TeamFiles:
+    """A team's already trained models, in their files (tests/support/team_files.py)."""
+    return write_team_files(tmp_path_factory.mktemp("team"))

@@ -217,6 +217,8 @@ def _served_metrics(
     means = (np.stack([o.expert_means[i] for o, i in pick]) - mean) / scale
     interval = (np.stack([o.interval[i] for o, i in pick]) - mean) / scale
     sigmas = np.array([e.sigma for e in manifest.experts], dtype=np.float64)
+    if pick and pick[0][0].expert_sds is not None:  # per-row sds from the fused graph
+        sigmas = np.stack([o.expert_sds[i] for o, i in pick]) / scale
     mix = mix_regression(w, means, sigmas, manifest.mixture.temperature)
     y_std = (np.array([y for _, y in ys]) - mean) / scale
     return regression_scores(mix, y_std, scale, interval[:, 0], interval[:, 1])

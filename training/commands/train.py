@@ -9,6 +9,11 @@ from pathlib import Path
 from typing import Any, Literal
 
 from app.bundle.normalise import PANDAS_NA_VALUES
+from training.commands.team_experts import (
+    add_expert_arguments,
+    check_expert_arguments,
+    choose_experts,
+)
 
 
 def add_parser(sub: Any) -> None:
@@ -74,6 +79,7 @@ def add_parser(sub: Any) -> None:
         action="store_true",
         help="read and check the data, show how each column will be read, and stop",
     )
+    add_expert_arguments(p)
     p.set_defaults(run=run)
 
 
@@ -127,8 +133,10 @@ def load_split(args: argparse.Namespace) -> tuple[Any, Any, list[Any]]:
         raise ParameterError("--cv", args.cv, "must be between 2 and 20")
     if args.max_categories < 2:
         raise ParameterError("--max-categories", args.max_categories, "must be at least 2")
+    check_expert_arguments(args)
     if args.dataset == "simulation":
-        return simulate(1000, args.seed), simulate(500, args.seed + 10_000), simulation_experts()
+        experts = choose_experts(args, "classification", simulation_experts())
+        return simulate(1000, args.seed), simulate(500, args.seed + 10_000), experts
     if args.csv is not None:
         if not args.target or not args.task:
             raise ParameterError("--csv", str(args.csv), "needs --target and --task as well")
@@ -166,7 +174,7 @@ def load_split(args: argparse.Namespace) -> tuple[Any, Any, list[Any]]:
         check_class_sizes(
             args.csv or args.dataset, str(data.y.name or "target"), data, train, args.cv
         )
-    return train, test, default_experts(data.task, args.seed)
+    return train, test, choose_experts(args, data.task, default_experts(data.task, args.seed))
 
 
 def check_class_sizes(source: Any, target: str, data: Any, train: Any, cv: int) -> None:
@@ -265,8 +273,11 @@ def run(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     est.fit(train.X, train.y)
     fit_s = time.perf_counter() - t0
+    # Pre-fitted experts are converted and checked, not fitted.
+    prefit = getattr(est.experts_, "likelihood_source_", None) == "prefit"
+    how = "converted, not refit," if prefit else "with cross-fitting"
     print(
-        f"fitted in {fit_s:.1f} s (experts with cross-fitting {est.expert_fit_seconds_:.1f} s, "
+        f"fitted in {fit_s:.1f} s (experts {how} {est.expert_fit_seconds_:.1f} s, "
         f"gate {est.gate_fit_seconds_:.2f} s)"
     )
     selected = dict(getattr(est.combiner_, "selected_", {}))
@@ -321,6 +332,7 @@ def run(args: argparse.Namespace) -> int:
             "split": {"test_size": args.test_size, "seed": args.seed},
             "drop": list(args.drop),
             "encoding": args.encoding,  # check's default for the same file
+            **({"experts_file": str(args.experts)} if args.experts is not None else {}),
         },
         publish=args.publish,
     )
@@ -336,4 +348,9 @@ def run(args: argparse.Namespace) -> int:
         f"timings: load {load_s:.1f} s, experts {est.expert_fit_seconds_:.1f} s, gate "
         f"{est.gate_fit_seconds_:.1f} s, evaluate {eval_s:.1f} s, export {export_s:.1f} s"
     )
+    if args.mlflow_log:
+        from training.commands.mlflow_log import log_bundle
+
+        run_id, where = log_bundle(path)
+        print(f"logged the bundle as MLflow run {run_id} at {where}")
     return 0

@@ -33,6 +33,7 @@ from training.errors import NotFittedError, ParameterError
 from training.evidence import Evidence
 from training.experts.fitting import ExpertSet
 from training.experts.spec import Expert
+from training.experts.variance import check_variance_expert
 from training.features import MAX_CATEGORIES, FeatureSchema, frame_of
 from training.gate_encoder import GateEncoder
 from training.params import check_int
@@ -118,6 +119,10 @@ class _IABMABase(BaseEstimator):
     def _standardise(self, outputs: np.ndarray) -> np.ndarray:
         return outputs
 
+    def _sigmas(self, columns: Columns) -> np.ndarray | None:
+        """Regression: the experts' standardised sds at these rows, (m,) or (n, m)."""
+        return None
+
     # -- fitting ----------------------------------------------------------------------------
     def _check_experts(self) -> list[Expert]:
         experts = list(self.experts)
@@ -130,6 +135,7 @@ class _IABMABase(BaseEstimator):
             raise ParameterError("experts", names, "must have unique names")
         for e in experts:
             e.check(self._task)
+            check_variance_expert(e, self._task)
         return experts
 
     def _make_combiner(self) -> Combiner:
@@ -198,6 +204,7 @@ class _IABMABase(BaseEstimator):
             to_onnx=to_onnx,
             n_jobs=self.n_jobs,
             scheduler=self.scheduler,
+            classes=getattr(self, "classes_", None),
         ).fit(data.frame, y_fit, self.schema_)
         self.expert_fit_seconds_ = time.perf_counter() - t_experts
         self.expert_names_ = [e.name for e in experts]
@@ -279,7 +286,8 @@ class _IABMABase(BaseEstimator):
         if not isinstance(gate, IABMAGate):
             raise ParameterError("combiner", gate.name, "has no adaptive prior; only 'iabma' does")
         ev = self.evidence_
+        columns = self.columns(X)
         energy = expert_energy(
-            self.expert_outputs(X), ev.sigmas, gate.energy_scale, ev.y_low, ev.y_high
+            self._outputs(columns), self._sigmas(columns), gate.energy_scale, ev.y_low, ev.y_high
         )
         return prior_from_energy(energy, gate.prior_baseline_, gate.prior_temperature_)

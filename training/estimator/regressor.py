@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 from sklearn.base import RegressorMixin
 
+from app.bundle.columns import Columns
 from app.bundle.mixture import (
     RegressionSummary,
     mix_regression,
@@ -17,13 +18,17 @@ from app.bundle.mixture import (
 from training.errors import ParameterError
 from training.estimator.base import FeatureData, _IABMABase
 from training.evidence import Evidence, regression_evidence
+from training.experts.variance import ExpertVariance, warn_cleaned
+from training.features import frame_of
 
 
 class IABMARegressor(RegressorMixin, _IABMABase):
     """Input-adaptive Bayesian model averaging of regressors.
 
     Experts fit a standardised target and have Gaussian likelihoods whose std
-    ``sigmas_[j]`` is the RMSE of their out-of-fold residuals. Parameters as for
+    ``sigmas_[j]`` is the RMSE of their out-of-fold residuals, or, for an expert that
+    declares a ``variance_output``, its own per-row sd (:mod:`training.experts.variance`;
+    ``sigmas_[j]`` is then its fallback). Parameters as for
     :class:`~training.estimator.classifier.IABMAClassifier`.
     """
 
@@ -53,7 +58,8 @@ class IABMARegressor(RegressorMixin, _IABMABase):
     def _standardise(self, outputs: np.ndarray) -> np.ndarray:
         out = np.array(outputs, dtype=np.float64)
         for j, e in enumerate(self.experts):
-            if e.kind == "onnx" and e.output_units == "original":
+            # A model trained elsewhere predicts the target's units (prefit objects always).
+            if e.is_prefit and e.output_units == "original":
                 out[:, j] = (out[:, j] - self.y_mean_) / self.y_scale_
         return out
 
@@ -66,16 +72,40 @@ class IABMARegressor(RegressorMixin, _IABMABase):
         self, data: FeatureData, y_fit: np.ndarray, *, to_onnx: bool = True
     ) -> IABMARegressor:
         super().fit_experts(data, y_fit, to_onnx=to_onnx)
-        sigmas = self.evidence_.sigmas
-        assert sigmas is not None  # regression evidence always has them
-        self.sigmas_: np.ndarray = sigmas
+        ev = self.evidence_
+        assert ev.sigmas is not None and ev.means is not None  # regression evidence
+        self.sigmas_: np.ndarray = ev.sigmas
+        graphs = [getattr(m, "graph", None) for m in self.experts_.models_]
+        self.variance_ = ExpertVariance(list(self.experts), graphs, self.y_scale_).fit()
+        self.variance_counts_: dict[str, dict[str, int]] = {}
+        if self.variance_.graphs_:
+            frame = data.frame.iloc[self.experts_.evidence_rows_]
+            sds, self.variance_counts_ = self.variance_.sigmas(frame, self.sigmas_)
+            warn_cleaned(self.variance_counts_, len(frame))
+            self.evidence_ = regression_evidence(
+                ev.means, ev.y, sds, y_low=ev.y_low, y_high=ev.y_high
+            )
         return self
+
+    def _sigmas(self, columns: Columns) -> np.ndarray:
+        """The experts' standardised sds at these rows: (n, m) where some experts give
+        their own variance, else the constant (m,)."""
+        if not getattr(self, "variance_", None) or not self.variance_.graphs_:
+            return self.sigmas_
+        return self.variance_.sigmas(frame_of(columns), self.sigmas_)[0]
+
+    def expert_sigmas(self, X: Any) -> np.ndarray:
+        """(n, m) or (m,) predictive sds of the experts at ``X``, in standardised units."""
+        return self._sigmas(self.columns(X))
 
     def distribution(self, X: Any) -> RegressionSummary:
         """Mean, std, 90% interval and the variance split, in the target's units."""
         columns = self.columns(X)
         reg = mix_regression(
-            self._weights(columns), self._outputs(columns), self.sigmas_, self.mixture_temperature_
+            self._weights(columns),
+            self._outputs(columns),
+            self._sigmas(columns),
+            self.mixture_temperature_,
         )
         return summarise_regression(reg, self.y_mean_, self.y_scale_)
 

@@ -29,8 +29,8 @@ ExpertModel = SklearnExpertModel | OnnxExpertModel
 
 def expert_schema(expert: Expert, schema: FeatureSchema) -> FeatureSchema:
     """The raw features ``expert`` reads, checked against the training schema."""
-    if expert.kind == "onnx":
-        return schema  # narrowed to the graph's inputs once the file is opened
+    if expert.is_prefit:
+        return schema  # narrowed to the graph's inputs once the model is opened
     names = list(expert.features) if expert.features is not None else schema.names
     unknown = [n for n in names if n not in schema.names]
     if unknown or not names:
@@ -46,7 +46,10 @@ class ExpertSet:
     Attributes (after ``fit``)
     --------------------------
     models_ : list of fitted expert models, in registration order; with ``to_onnx`` (the
-        default) each predicts through its ONNX graph, exactly as the bundle will.
+        default) each predicts through its ONNX graph, exactly as the bundle will. A
+        pre-fitted expert (``Expert.is_prefit``) is used as is, never cloned nor refit.
+    likelihood_source_ : ``likelihood_source``, or ``"prefit"`` when every expert is
+        pre-fitted: their predictions on every row are then held out already.
     schemas_ : the raw features each expert reads.
     evidence_rows_ : indices of the training rows the predictions below belong to.
     predictions_ : ``(r, m, C)`` probabilities or ``(r, m)`` means on those rows.
@@ -65,6 +68,7 @@ class ExpertSet:
         to_onnx: bool = True,
         n_jobs: int = 1,
         scheduler: str | None = None,
+        classes: Sequence[Any] | None = None,
     ) -> None:
         self.experts = list(experts)
         self.task = task
@@ -77,6 +81,7 @@ class ExpertSet:
         self.to_onnx = to_onnx
         self.n_jobs = n_jobs
         self.scheduler = scheduler
+        self.classes = classes
 
     def fit(self, frame: pd.DataFrame, y: np.ndarray, schema: FeatureSchema) -> ExpertSet:
         if self.likelihood_source not in SOURCES:
@@ -86,7 +91,13 @@ class ExpertSet:
         if isinstance(self.cv, bool) or not isinstance(self.cv, int) or self.cv < 2:
             raise ParameterError("cv", self.cv, "must be an integer >= 2")
         n = len(frame)
-        if self.likelihood_source == "oof":
+        prefit = all(e.is_prefit for e in self.experts)
+        # Every expert trained elsewhere: its predictions on all rows are held out already,
+        # and there is nothing to cross-fit (docs/method.md, "Pre-fitted experts").
+        self.likelihood_source_ = "prefit" if prefit else self.likelihood_source
+        if prefit:
+            splits, rows = [], np.arange(n)
+        elif self.likelihood_source == "oof":
             splits = folds(y, self.task, self.cv, self.random_state)
             rows = np.arange(n)
         elif self.likelihood_source == "holdout":
@@ -118,8 +129,15 @@ class ExpertSet:
         preds = []
         bar = tqdm(self.experts, desc="exporting experts", disable=not self.verbose, leave=False)
         for j, expert in enumerate(bar):
-            if expert.kind == "onnx":
-                model = OnnxExpertModel(expert, self.task, self.n_classes, schema)
+            if expert.is_prefit:
+                model = OnnxExpertModel(
+                    expert,
+                    self.task,
+                    self.n_classes,
+                    schema,
+                    self.classes,
+                    frame.iloc[check_rows],
+                )
                 self.schemas_.append(model.schema)
                 self.models_.append(model)
                 preds.append(model.predict_raw(frame.iloc[rows]))
@@ -150,7 +168,7 @@ class ExpertSet:
         jobs: list[tuple[Any, ...]] = []
         owners: list[tuple[int, np.ndarray | None]] = []
         for j, expert in enumerate(self.experts):
-            if expert.kind == "onnx":
+            if expert.is_prefit:
                 continue
             sub = expert_schema(expert, schema)
             est = build_estimator(expert, sub, frame)

@@ -7,6 +7,7 @@ the expert was fitted in.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -21,8 +22,11 @@ from sklearn.pipeline import Pipeline
 from sklearn.preprocessing import OneHotEncoder, StandardScaler
 
 from training.errors import ParameterError
-from training.experts.onnx import OnnxGraph, check_parity, convert_sklearn_model, rename_inputs
+from training.experts.onnx import OnnxGraph, check_parity, convert_sklearn_model
+from training.experts.onnx_adapter import adapt, drop_zipmap, graph_labels, map_classes
+from training.experts.prefit import Converted, convert
 from training.experts.spec import Expert
+from training.experts.tolerance import n_terms, parity_tolerance
 from training.features import FeatureSchema
 
 # Levels of a categorical column an expert one-hot encodes (the gate keeps as many).
@@ -166,44 +170,95 @@ class SklearnExpertModel:
 
 
 class OnnxExpertModel:
-    """An existing ONNX file, run with onnxruntime; it is never refitted.
+    """A model trained elsewhere, run as an ONNX graph with onnxruntime; never refitted.
 
-    Its inputs are matched to the features by the user's column name (or by graph name),
-    one input per column; it runs, and is stored, with its inputs renamed to graph names.
+    Either an ONNX file, or a pre-fitted model converted once (:mod:`.prefit`) and checked
+    against its own predictions on ``check_rows``. The graph is fitted to the bundle's
+    convention by :mod:`.onnx_adapter`: it runs, and is stored, with one input per column
+    named by graph name; a classifier's probabilities come in the task's class order.
     """
 
-    def __init__(self, expert: Expert, task: str, n_classes: int, schema: FeatureSchema) -> None:
-        self.path = Path(expert.model)
+    def __init__(
+        self,
+        expert: Expert,
+        task: str,
+        n_classes: int,
+        schema: FeatureSchema,
+        classes: Sequence[Any] | None = None,
+        check_rows: pd.DataFrame | None = None,
+    ) -> None:
         self.task = task
         self.n_classes = n_classes
-        try:
-            model = onnx.load(str(self.path))
-            session = ort.InferenceSession(str(self.path), providers=["CPUExecutionProvider"])
-        except Exception as exc:  # onnx and onnxruntime raise their own untyped errors
-            raise ParameterError("model", str(self.path), f"cannot be loaded: {exc}") from None
-        by_name = dict(zip(schema.names, schema.inputs, strict=True))
-        graph_names = set(schema.inputs)
-        renames: dict[str, str] = {}
-        unknown = []
-        for inp in session.get_inputs():
-            graph = by_name.get(inp.name) or (inp.name if inp.name in graph_names else None)
-            if graph is None:
-                unknown.append(inp.name)
-            else:
-                renames[inp.name] = graph
-        if unknown:
-            raise ParameterError("model", str(self.path), f"reads columns {unknown} not in X")
-        self.schema = schema.subset([schema.name_of(g) for g in renames.values()])
-        outputs = [o.name for o in session.get_outputs()]
+        self.path = Path(expert.model) if expert.kind == "onnx" else None
+        self.source = str(self.path) if self.path is not None else expert.name
+        what = f"expert {expert.name!r}"
+        converted = None
+        order: Sequence[str] | None
+        labels: Sequence[Any] | None
+        if self.path is not None:
+            model, order, labels = load_onnx(self.path), expert.features, expert.classes
+        else:
+            converted = convert(
+                expert.model, schema, expert.features, task, expert.classes, expert.name
+            )
+            model, order, labels = converted.model, converted.order, converted.labels
+        fed, zip_labels = drop_zipmap(model)
+        output = self._output(model, expert, fed)
+        if task == "classification" and classes is not None:
+            found = labels if labels is not None else zip_labels or graph_labels(model)
+            if found is not None and not _are_codes(found, labels, classes):
+                output = map_classes(model, output, found, classes, what)
+        adapted = adapt(model, schema, order, what)
+        self.schema = schema.subset(adapted.features)
+        # A file is stored as written; a conversion's opsets are put in a stable order.
+        final = adapted.model if converted is None else sorted_opsets(adapted.model)
+        self.graph = OnnxGraph(final.SerializeToString(), output)
+        self.terms = n_terms(model)
+        self.tied_rows_ = 0
+        if converted is not None and check_rows is not None:
+            self._check(converted, check_rows, schema, classes, expert.name)
+
+    def _output(self, model: onnx.ModelProto, expert: Expert, fed: str | None) -> str:
+        outputs = [o.name for o in model.graph.output]
         if expert.output is not None:
             if expert.output not in outputs:
                 raise ParameterError("output", expert.output, f"is not one of {outputs}")
-            output = expert.output
-        else:
-            # skl2onnx classifiers put (label, probabilities); regressors a single output.
-            output = outputs[-1] if task == "classification" else outputs[0]
-        self.graph = OnnxGraph(rename_inputs(model, renames).SerializeToString(), output)
-        self.tied_rows_ = 0
+            return expert.output
+        if fed is not None:
+            return fed  # the probabilities that fed the ZipMap
+        # skl2onnx classifiers put (label, probabilities); regressors a single output.
+        return outputs[-1] if self.task == "classification" else outputs[0]
+
+    def _check(
+        self,
+        converted: Converted,
+        sample: pd.DataFrame,
+        schema: FeatureSchema,
+        classes: Sequence[Any] | None,
+        name: str,
+    ) -> None:
+        """Refuse a conversion that disagrees with the model's own predictions."""
+        want = converted.predict(sample[schema.inputs].set_axis(schema.names, axis=1))
+        if self.task == "classification" and classes is not None:
+            labels = converted.labels or list(range(want.shape[1]))
+            if not _are_codes(labels, converted.labels, classes):
+                task = [str(c) for c in classes]
+                wide = np.zeros((want.shape[0], len(task)))
+                for i, c in enumerate(labels):
+                    wide[:, task.index(str(c))] = want[:, i]
+                want = wide
+        got = self.predict_raw(sample).reshape(len(sample), -1)
+        want = want.reshape(len(sample), -1)
+        tol = parity_tolerance(want, self.terms)
+        diff = float(np.abs(got - want).max()) if got.shape == want.shape else np.inf
+        if not diff <= tol:
+            raise ParameterError(
+                "model",
+                name,
+                f"its ONNX conversion disagrees with the model's own predictions (max abs "
+                f"diff {diff:.3g} > tolerance {tol:.3g} on {len(sample)} rows); refusing it",
+            )
+        self.parity_max_abs_diff_ = diff
 
     @property
     def inputs(self) -> list[str]:
@@ -217,10 +272,39 @@ class OnnxExpertModel:
         if out.ndim != 2 or out.shape[1] != self.n_classes:
             raise ParameterError(
                 "model",
-                str(self.path),
+                self.source,
                 f"outputs shape {out.shape}, expected (n, {self.n_classes}) probabilities",
             )
         return out
 
     def freeze(self, name: str, sample: pd.DataFrame) -> None:
-        """Nothing to convert: the file is the graph."""
+        """Nothing to convert: the graph was made (and checked) when it was opened."""
+
+
+def load_onnx(path: Path) -> onnx.ModelProto:
+    try:
+        model = onnx.load(str(path))
+        ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    except Exception as exc:  # onnx and onnxruntime raise their own untyped errors
+        raise ParameterError("model", str(path), f"cannot be loaded: {exc}") from None
+    return model
+
+
+def sorted_opsets(model: onnx.ModelProto) -> onnx.ModelProto:
+    """Opsets in domain order: converters list them in a set's (hash-seeded) order."""
+    opsets = sorted(model.opset_import, key=lambda o: o.domain)
+    del model.opset_import[:]
+    model.opset_import.extend(opsets)
+    return model
+
+
+def _are_codes(
+    found: Sequence[Any], declared: Sequence[Any] | None, classes: Sequence[Any]
+) -> bool:
+    """A graph's own labels 0..C-1 on a task whose labels are not: the file was trained on
+    the class codes (only when nobody declared the classes)."""
+    return (
+        declared is None
+        and [str(c) for c in found] != [str(c) for c in classes]
+        and list(found) == list(range(len(classes)))
+    )

@@ -59,7 +59,29 @@ def register_converters() -> None:
             calculate_linear_regressor_output_shapes,
             convert_xgboost,
         )
+    _register_lightgbm(
+        update_registered_converter,
+        calculate_linear_classifier_output_shapes,
+        calculate_linear_regressor_output_shapes,
+    )
     _registered = True
+
+
+def _register_lightgbm(update: Any, classifier_shapes: Any, regressor_shapes: Any) -> None:
+    """LightGBM's sklearn models, for pre-fitted experts (an optional library)."""
+    try:
+        from lightgbm import LGBMClassifier, LGBMRegressor
+        from onnxmltools.convert.lightgbm.operator_converters.LightGbm import convert_lightgbm
+    except ImportError:
+        return
+    update(
+        LGBMClassifier,
+        "LightGbmLGBMClassifier",
+        classifier_shapes,
+        convert_lightgbm,
+        options={"nocl": [True, False], "zipmap": [True, False, "columns"]},
+    )
+    update(LGBMRegressor, "LightGbmLGBMRegressor", regressor_shapes, convert_lightgbm)
 
 
 def rename_inputs(model: onnx.ModelProto, renames: dict[str, str]) -> onnx.ModelProto:

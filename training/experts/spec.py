@@ -1,11 +1,13 @@
 """Registering experts: a name, a model, and the features it may read.
 
 An expert's model is one of: an unfitted scikit-learn estimator or Pipeline, an XGBoost
-sklearn-API model, or the path of an existing ONNX file (already fitted elsewhere).
+sklearn-API model, the path of an existing ONNX file (already fitted elsewhere), or, with
+``prefit=True``, a fitted scikit-learn, XGBoost or LightGBM model used as is.
 """
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,7 +19,24 @@ from app.bundle.manifest import check_safe_name
 from training.errors import ParameterError
 from training.experts.caps import check_cap
 
-Kind = Literal["sklearn", "xgboost", "onnx"]
+Kind = Literal["sklearn", "xgboost", "lightgbm", "onnx"]
+
+
+def is_fitted(model: Any) -> bool:
+    """Whether ``model`` is a fitted estimator, as scikit-learn's ``check_is_fitted`` sees it
+    (a Booster, XGBoost's or LightGBM's, is always trained)."""
+    from sklearn.exceptions import NotFittedError
+    from sklearn.utils.validation import check_is_fitted
+
+    if type(model).__name__ == "Booster":
+        return True
+    if not hasattr(model, "fit"):
+        return False
+    try:
+        check_is_fitted(model)
+    except (NotFittedError, TypeError):
+        return False
+    return True
 
 
 @dataclass(frozen=True)
@@ -94,7 +113,15 @@ class Expert:
     def kind(self) -> Kind:
         if isinstance(self.model, (str, Path)):
             return "onnx"
-        return "xgboost" if type(self.model).__module__.startswith("xgboost") else "sklearn"
+        module = type(self.model).__module__
+        if module.startswith("xgboost"):
+            return "xgboost"
+        return "lightgbm" if module.startswith("lightgbm") else "sklearn"
+
+    @property
+    def is_prefit(self) -> bool:
+        """Trained elsewhere and used as is: an ONNX file, or a model passed with prefit."""
+        return self.prefit or self.kind == "onnx"
 
     def check(self, task: str) -> None:
         try:
@@ -114,6 +141,12 @@ class Expert:
             if path.suffix != ".onnx" or not path.is_file():
                 raise ParameterError("model", str(path), "is not an existing .onnx file")
             return
+        if self.prefit:
+            self._check_prefit(task)
+            return
+        if self.classes is not None or self.variance_output is not None:
+            what = "classes" if self.classes is not None else "variance_output"
+            raise ParameterError(what, getattr(self, what), "applies only to a pre-fitted expert")
         if not hasattr(self.model, "fit"):
             raise ParameterError(
                 "model", type(self.model).__name__, "is neither an estimator nor an ONNX path"
@@ -124,6 +157,34 @@ class Expert:
             raise ParameterError(
                 "model", type(self.model).__name__, f"of expert {self.name!r} is not a {wanted}"
             )
+        if is_fitted(self.model):
+            # Refitting silently would serve another model than the team's (issue: up to
+            # 1.43 target units apart); say so, and how to keep it.
+            warnings.warn(
+                f"expert {self.name!r}: {type(self.model).__name__} is already fitted; it will "
+                "be refit (cloned and fitted on these rows, its fitted state ignored); pass "
+                "prefit=True to use it as is",
+                UserWarning,
+                stacklevel=3,
+            )
+
+    def _check_prefit(self, task: str) -> None:
+        """A pre-fitted model: trained, of the task's kind, and nothing to cap."""
+        name = type(self.model).__name__
+        if self.max_rows is not None or self.max_draws is not None:
+            raise ParameterError(
+                "max_rows", self.max_rows or self.max_draws, "does not apply to a prefit expert"
+            )
+        if not is_fitted(self.model):
+            raise ParameterError(
+                "model", name, f"of expert {self.name!r} is not fitted, yet prefit=True"
+            )
+        if name == "Booster":
+            return  # its objective decides; checked when it is converted
+        ok = is_classifier(self.model) if task == "classification" else is_regressor(self.model)
+        if not ok:
+            wanted = "classifier" if task == "classification" else "regressor"
+            raise ParameterError("model", name, f"of expert {self.name!r} is not a {wanted}")
 
 
 class ExpertRegistry:
@@ -155,10 +216,33 @@ class ExpertRegistry:
         output_units: Literal["original", "standardised"] = "original",
         max_rows: int | None = None,
         max_draws: int | None = None,
+        prefit: bool = False,
+        classes: Sequence[Any] | None = None,
+        variance_output: str | None = None,
+        source: Source | None = None,
     ) -> Expert:
+        """Add an expert; ``prefit=True`` uses a fitted model as is (never refit).
+
+        A pre-fitted model (a fitted scikit-learn estimator or Pipeline, an XGBoost or
+        LightGBM model or Booster) is converted to ONNX once, checked against its own
+        predictions and predicts in the target's original units. See :class:`Expert`.
+        """
         feats = None if features is None else tuple(features)
         return self.add(
-            Expert(name, model, feats, preprocess, output, output_units, max_rows, max_draws)
+            Expert(
+                name,
+                model,
+                feats,
+                preprocess,
+                output,
+                output_units,
+                max_rows,
+                max_draws,
+                prefit=bool(prefit),
+                classes=None if classes is None else tuple(classes),
+                variance_output=variance_output,
+                source=source,
+            )
         )
 
     def __iter__(self) -> Iterator[Expert]:

@@ -32,6 +32,7 @@ from app.bundle.manifest import (
     Manifest,
     MixtureSpec,
     PriorSpec,
+    SourceEntry,
     TargetSpec,
     WeightHistogram,
     check_safe_name,
@@ -40,8 +41,11 @@ from app.bundle.pointer import fsync_dir, publish_latest
 from training.combiners.iabma_gate import IABMAGate
 from training.errors import ExportError, ParameterError
 from training.estimator import IABMAClassifier, IABMARegressor, as_frame
+from training.experts.spec import Expert
 from training.export.ensemble import CLASSIFICATION_OUTPUTS, REGRESSION_OUTPUTS, write_ensemble
 from training.export.experts import write_expert
+from training.export.served import check_served
+from training.export.spread import SPREAD_OUTPUT
 from training.onnx_graph import GraphBuilder
 
 GATE_TOL = 1e-5
@@ -135,6 +139,14 @@ def seal_version(tmp: Path, manifest: Manifest, path: Path, publish: bool) -> No
         publish_latest(path.parent, path.name)
 
 
+def ensemble_outputs(task: str, experts: list[ExpertEntry]) -> list[str]:
+    """The fused graph's outputs: ``expert_sds`` too where an expert has its own variance."""
+    if task == "classification":
+        return list(CLASSIFICATION_OUTPUTS)
+    spread = [SPREAD_OUTPUT] if any(e.variance_output for e in experts) else []
+    return [*REGRESSION_OUTPUTS, *spread]
+
+
 def export_bundle(
     est: IABMAClassifier | IABMARegressor,
     store: Path | str,
@@ -179,9 +191,7 @@ def export_bundle(
             output, inputs = write_expert(model, ename, tmp / rel)
             regression = isinstance(est, IABMARegressor)
             units = (
-                (spec.output_units if spec.kind == "onnx" else "standardised")
-                if regression
-                else None
+                (spec.output_units if spec.is_prefit else "standardised") if regression else None
             )
             experts.append(
                 ExpertEntry(
@@ -193,7 +203,10 @@ def export_bundle(
                     output=output,
                     sigma=float(est.sigmas_[len(experts)]) if regression else None,
                     output_units=units,
+                    variance_output=spec.variance_output if regression else None,
                     metrics=(expert_metrics or {}).get(ename, {}),
+                    prefit=spec.is_prefit,
+                    source=source_entry(spec),
                 )
             )
         gate_diff = write_gate(est, tmp / "gate.onnx", X_check)
@@ -209,13 +222,18 @@ def export_bundle(
                 energy_scale=comb.energy_scale,
             )
         info = {
-            "likelihood_source": est.likelihood_source,
-            "cv": est.cv,
+            **fitting_info(est),
             "random_state": est.random_state,
             "gate_fit_seconds": round(est.gate_fit_seconds_, 4),
             "gate_parity_max_abs_diff": gate_diff,
             "ensemble_parity_max_abs_diff": ensemble_diff,
             "n_train_rows": int(est.evidence_.n),
+            # Regression experts with their own variance: rows the spread rule changed.
+            **(
+                {"variance_cleaned_rows": est.variance_counts_}
+                if getattr(est, "variance_counts_", None)
+                else {}
+            ),
             # Rows where a kNN expert's graph picked other, equally distant neighbours.
             "expert_tied_rows": {
                 n: int(m.tied_rows_)
@@ -242,9 +260,7 @@ def export_bundle(
             ensemble=EnsembleEntry(
                 file=ENSEMBLE_FILE,
                 sha256=sha256_file(tmp / ENSEMBLE_FILE),
-                outputs=list(
-                    CLASSIFICATION_OUTPUTS if est._task == "classification" else REGRESSION_OUTPUTS
-                ),
+                outputs=ensemble_outputs(est._task, experts),
             ),
             mixture=MixtureSpec(temperature=est.mixture_temperature_),
             input_rule=est.schema_.input_rule(),
@@ -254,8 +270,44 @@ def export_bundle(
             library_versions=library_versions(),
             created_at=datetime.now(UTC),
         )
-        seal_version(tmp, manifest, root / version, publish)
+        seal_version(tmp, manifest, root / version, publish=False)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+    try:
+        # As the server will load it, before LATEST names it (training.export.served).
+        check_served(root / version, est.columns(X_check))
+    except BaseException:
+        shutil.rmtree(root / version, ignore_errors=True)
+        raise
+    if publish:
+        publish_latest(root, version)
     return root / version
+
+
+def source_entry(spec: Expert) -> SourceEntry | None:
+    """Where a pre-fitted expert came from (its file, if it named one, is hashed)."""
+    if not spec.is_prefit:
+        return None
+    if spec.source is not None:
+        return SourceEntry(
+            uri=spec.source.uri, format=spec.source.format, sha256=spec.source.sha256
+        )
+    if spec.kind == "onnx":
+        path = Path(spec.model)
+        return SourceEntry(uri=str(spec.model), format="onnx", sha256=sha256_file(path))
+    return SourceEntry(uri=type(spec.model).__name__, format="object")
+
+
+def fitting_info(est: IABMAClassifier | IABMARegressor) -> dict[str, Any]:
+    """How the experts' likelihoods were obtained: a bundle of pre-fitted experts records
+    no cross-fitting it did not do; a mixed one says which expert was fitted how."""
+    source = getattr(est.experts_, "likelihood_source_", est.likelihood_source)
+    if source == "prefit":
+        return {"likelihood_source": "prefit", "cv": None}
+    info: dict[str, Any] = {"likelihood_source": est.likelihood_source, "cv": est.cv}
+    if any(e.is_prefit for e in est.experts):
+        info["expert_fitting"] = {
+            e.name: "prefit" if e.is_prefit else est.likelihood_source for e in est.experts
+        }
+    return info

@@ -2,7 +2,8 @@
 
 Outputs: ``weights`` (n, m), ``uncertainty`` (n, 4), and ``probabilities`` (n, C) with
 ``expert_probabilities`` (n, m, C), or ``mean`` and ``std`` (n,) with ``expert_means``
-(n, m). The arithmetic: docs/design.md, "The fused graph".
+(n, m), and ``expert_sds`` (n, m) where some experts give their own per-row variance
+(:mod:`training.export.spread`). The arithmetic: docs/design.md, "The fused graph".
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ from onnx import TensorProto, compose, version_converter
 from app.bundle.manifest import FeatureSpec
 from app.bundle.mixture import PROBA_EPS, clip_proba, mix_classification, mix_regression
 from training.errors import ExportError
+from training.experts.tolerance import n_terms, parity_tolerance
+from training.export.spread import SPREAD_OUTPUT, add_spread_output, variance_matrix
 from training.onnx_graph import FLOAT, OPSET, STRING, GraphBuilder
 
 DOUBLE = TensorProto.DOUBLE
@@ -35,6 +38,7 @@ class ExpertGraph:
     model: onnx.ModelProto
     output: str
     original_units: bool = False  # regression: predicts the target's units, not standardised
+    variance_output: str | None = None  # regression: its per-row predictive variance
 
 
 @dataclass(frozen=True)
@@ -113,10 +117,12 @@ def mixture_outputs(
     experts: Sequence[tuple[str, bool]],
     target: Target,
     temperature: float,
+    variances: Sequence[str | None] = (),
 ) -> None:
     """Append the mixture, in float64, and declare the named outputs.
 
-    ``experts`` holds each expert's output name and whether it is in original units.
+    ``experts`` holds each expert's output name and whether it is in original units;
+    ``variances`` the name of each one's per-row variance output, or None (regression).
     """
     m = len(experts)
     w = g.cast(weights, DOUBLE)
@@ -150,9 +156,16 @@ def mixture_outputs(
             mu = g.op("Div", [centred, g.const(target.scale, f64=True)])
         means.append(mu)
     M = g.op("Concat", means, axis=1)  # (n, m), standardised units
-    s2 = (np.asarray(target.sigmas, dtype=np.float64) * temperature) ** 2
     mean = _sum(g, g.op("Mul", [w, M]), 1, keepdims=1)
-    aleatoric = _sum(g, g.op("Mul", [w, g.const(s2[None, :], f64=True)]), 1)
+    if any(v is not None for v in variances):
+        originals = [original for _, original in experts]
+        S2 = variance_matrix(g, M, variances, originals, target.sigmas, target.scale)
+        add_spread_output(g, S2, target.scale)
+        tempered = g.op("Mul", [S2, g.const(temperature**2, f64=True)])
+        aleatoric = _sum(g, g.op("Mul", [w, tempered]), 1)
+    else:
+        s2 = (np.asarray(target.sigmas, dtype=np.float64) * temperature) ** 2
+        aleatoric = _sum(g, g.op("Mul", [w, g.const(s2[None, :], f64=True)]), 1)
     dev = g.op("Sub", [M, mean])
     epistemic = _sum(g, g.op("Mul", [w, g.op("Mul", [dev, dev])]), 1)
     variance = g.op("Add", [aleatoric, epistemic])
@@ -186,7 +199,12 @@ def build_ensemble(
         g.add_input(name, elem_type)
     weights = combiner.to_onnx(g, encoder.to_onnx(g))
     outputs = [(add_expert(g, j, e, types), e.original_units) for j, e in enumerate(experts)]
-    mixture_outputs(g, weights, outputs, target, temperature)
+    # add_expert prefixes every name in expert j's graph with f"e{j}_".
+    variances = [
+        None if e.variance_output is None else f"e{j}_{e.variance_output}"
+        for j, e in enumerate(experts)
+    ]
+    mixture_outputs(g, weights, outputs, target, temperature, variances)
     try:
         return g.build()
     except Exception as exc:  # onnx.checker raises its own error types
@@ -208,9 +226,12 @@ def estimator_outputs(est: Any, X: Any) -> dict[str, np.ndarray]:
                 [mix.total, mix.aleatoric, mix.epistemic, mix.selection]
             ),
         }
-    reg = mix_regression(w, outputs, est.sigmas_, est.mixture_temperature_)
+    sigmas = est._sigmas(columns)
+    reg = mix_regression(w, outputs, sigmas, est.mixture_temperature_)
     a, b = est.y_mean_, est.y_scale_
+    spread = {SPREAD_OUTPUT: sigmas * b} if sigmas.ndim == 2 else {}
     return {
+        **spread,
         "weights": w,
         "mean": reg.mean * b + a,
         "std": np.sqrt(reg.variance) * b,
@@ -225,11 +246,21 @@ def write_ensemble(est: Any, path: Path, X_check: Any, units: Sequence[bool]) ->
     """Build, write and check ``ensemble.onnx``; return its largest difference.
 
     Checked against the in-memory estimator (whose experts run the same expert graphs):
-    every output within ``ENSEMBLE_TOL``, regression outputs in standardised units.
+    every output within ``max(ENSEMBLE_TOL, parity_tolerance(...))`` (the float32 rule of
+    :mod:`training.experts.tolerance`), regression outputs in units of the target's scale.
     """
+    variance = [e.variance_output for e in est.experts] if est._task == "regression" else []
     experts = [
-        ExpertGraph(name, onnx.load_from_string(m.graph.data), m.graph.output, original)
-        for name, m, original in zip(est.expert_names_, est.experts_.models_, units, strict=True)
+        ExpertGraph(
+            name,
+            onnx.load_from_string(m.graph.data),
+            m.graph.output,
+            original,
+            variance[j] if variance else None,
+        )
+        for j, (name, m, original) in enumerate(
+            zip(est.expert_names_, est.experts_.models_, units, strict=True)
+        )
     ]
     if est._task == "classification":
         target = Target("classification", n_classes=len(est.classes_))
@@ -256,14 +287,21 @@ def write_ensemble(est: Any, path: Path, X_check: Any, units: Sequence[bool]) ->
         "mean": b,
         "std": b,
         "expert_means": b,
+        SPREAD_OUTPUT: b,
         "uncertainty": np.array([b * b] * 3 + [1.0]),
     }
+    # The experts' float32 sums move with onnxruntime's batch split (a 300-tree forest by
+    # 2e-5): the tolerance follows their size (training.experts.tolerance).
+    terms = max(n_terms(e.model) for e in experts)
     worst = 0.0
     for name, value in want.items():
         diff = float(np.max(np.abs(np.asarray(got[name]) - value) / scale_of.get(name, 1.0)))
+        scaled = np.asarray(value) / scale_of.get(name, 1.0)
         worst = max(worst, diff)
-        if not diff <= ENSEMBLE_TOL:
+        tol = max(ENSEMBLE_TOL, parity_tolerance(scaled, terms))
+        if not diff <= tol:
             raise ExportError(
-                f"the fused ensemble graph's {name!r} disagrees with the estimator by {diff:.3g}"
+                f"the fused ensemble graph's {name!r} disagrees with the estimator by {diff:.3g} "
+                f"(tolerance {tol:.3g})"
             )
     return worst

@@ -70,7 +70,13 @@ def write_gate_graphs(refit: GateRefit, tmp: Path, entries: list[ExpertEntry]) -
     (got_w,) = _run(tmp / m.gate.file, cols, ["weights"])
     gate_diff = _check("gate graph", got_w, want_w, GATE_TOL)
     experts = [
-        ExpertGraph(e.name, onnx.load(str(tmp / e.file)), e.output, e.output_units == "original")
+        ExpertGraph(
+            e.name,
+            onnx.load(str(tmp / e.file)),
+            e.output,
+            e.output_units == "original",
+            e.variance_output,  # the bundle's per-row variances stay served
+        )
         for e in entries
     ]
     model = build_ensemble(m.features, enc, comb, experts, _target(refit), refit.temperature_)

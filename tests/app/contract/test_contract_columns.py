@@ -4,6 +4,7 @@ an answer that is not what the contract says."""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import jsonschema
@@ -103,3 +104,14 @@ def test_oip_and_models_answers_are_typed_by_the_bundle() -> None:
     assert "additionalProperties" not in comps.schemas["ModelsAnswer"]
     assert "additionalProperties" not in comps.schemas["ExpertCard"]
     assert comps.schemas["Rollout"]["additionalProperties"] is False
+
+
+def test_expert_std_is_per_row_where_the_bundle_serves_per_row_sds() -> None:
+    per_expert = {"type": "array", "items": {"type": "number"}, "minItems": 2, "maxItems": 2}
+    for per_row, want in [(False, per_expert), (True, {"type": "array", "items": per_expert})]:
+        comps = Components(dataclasses.replace(REGRESSION, per_row_sds=per_row))
+        comps.of(PredictColumnarAnswer)
+        assert comps.schemas["ExpertColumns"]["properties"]["std"] == want
+    generic = Components(None)
+    generic.of(PredictColumnarAnswer)
+    assert len(generic.schemas["ExpertColumns"]["properties"]["std"]["anyOf"]) == 2  # either
