@@ -156,34 +156,31 @@ def _contains_tensor(name: str) -> Schema:
     return {"contains": {"required": ["name"], "properties": {"name": _const(name)}}}
 
 
+def input_tensor(model: LoadedModel, name: str, max_rows: int) -> Schema:
+    """One feature's tensor, ``[n]`` or ``[n, 1]``, numeric or ``BYTES``."""
+    value = feature_value(model, name)
+    numeric = name in model.features.numeric
+    rows = {"type": "integer", "minimum": 1, "maximum": max_rows}
+    return {
+        "type": "object",
+        "required": ["name", "datatype", "shape", "data"],
+        "properties": {
+            "name": _const(name),
+            "datatype": {"enum": sorted(NUMERIC_TYPES)} if numeric else _const("BYTES"),
+            "shape": {"type": "array", "prefixItems": [rows, _const(1)], "minItems": 1,
+                      "maxItems": 2},
+            "data": _array({"anyOf": [value, _array(value, 1)]}, minItems=1),
+            "parameters": OPTIONAL_OBJECT,
+        },
+    }  # fmt: skip
+
+
 def oip_request(model: LoadedModel, max_rows: int) -> Schema:
-    """An OIP v2 inference request: one tensor per feature, ``[n]`` or ``[n, 1]``."""
-    table = model.features
-    tensors = []
-    for name in table.names:
-        value = feature_value(model, name)
-        dtype = {"enum": sorted(NUMERIC_TYPES)} if name in table.numeric else _const("BYTES")
-        tensors.append(
-            {
-                "type": "object",
-                "required": ["name", "datatype", "shape", "data"],
-                "properties": {
-                    "name": _const(name),
-                    "datatype": dtype,
-                    "shape": {
-                        "type": "array",
-                        "prefixItems": [
-                            {"type": "integer", "minimum": 1, "maximum": max_rows},
-                            _const(1),
-                        ],
-                        "minItems": 1,
-                        "maxItems": 2,
-                    },
-                    "data": _array({"anyOf": [value, _array(value, 1)]}, minItems=1),
-                    "parameters": OPTIONAL_OBJECT,
-                },
-            }
-        )
+    """An OIP v2 inference request: one tensor per feature, each once."""
+    names = model.features.names
+    wanted = {"type": "object", "required": ["name"],
+              "properties": {"name": {"enum": list(output_names(model))},
+                             "parameters": OPTIONAL_OBJECT}}  # fmt: skip
     return {
         "type": "object",
         "required": ["inputs"],
@@ -194,26 +191,12 @@ def oip_request(model: LoadedModel, max_rows: int) -> Schema:
             "parameters": OPTIONAL_OBJECT,
             # Every feature's tensor, each once: the server refuses a request without one.
             "inputs": _array(
-                {"anyOf": tensors},
-                minItems=len(table.names),
-                maxItems=len(table.names),
-                allOf=[_contains_tensor(name) for name in table.names],
+                {"anyOf": [input_tensor(model, name, max_rows) for name in names]},
+                minItems=len(names),
+                maxItems=len(names),
+                allOf=[_contains_tensor(name) for name in names],
             ),
-            "outputs": {
-                "anyOf": [
-                    _array(
-                        {
-                            "type": "object",
-                            "required": ["name"],
-                            "properties": {
-                                "name": {"enum": list(output_names(model))},
-                                "parameters": OPTIONAL_OBJECT,
-                            },
-                        }
-                    ),
-                    {"type": "null"},
-                ]
-            },
+            "outputs": {"anyOf": [_array(wanted), {"type": "null"}]},
         },
         "description": "Every feature as one tensor named as in the training data, each "
         "once; all tensors have the same number of rows.",
