@@ -54,6 +54,13 @@ def check_safe_name(value: str, what: str) -> str:
     return value
 
 
+def check_sha256(value: str) -> str:
+    """Reject a digest that is not 64 lowercase hex characters (a file's SHA-256)."""
+    if not _SHA256.match(value):
+        raise ValueError("sha256 must be 64 lowercase hex characters")
+    return value
+
+
 class FeatureSpec(_Strict):
     """One raw input column.
 
@@ -134,12 +141,7 @@ class SourceEntry(_Strict):
     format: str
     sha256: str | None = None
 
-    @field_validator("sha256")
-    @classmethod
-    def _hex(cls, v: str | None) -> str | None:
-        if v is not None and not _SHA256.match(v):
-            raise ValueError("sha256 must be 64 lowercase hex characters")
-        return v
+    _sha256 = field_validator("sha256")(lambda v: v if v is None else check_sha256(v))
 
 
 class ExpertEntry(_Strict):
@@ -174,12 +176,7 @@ class ExpertEntry(_Strict):
             data.pop("source", None)
         return data
 
-    @field_validator("sha256")
-    @classmethod
-    def _hex(cls, v: str) -> str:
-        if not _SHA256.match(v):
-            raise ValueError("sha256 must be 64 lowercase hex characters")
-        return v
+    _sha256 = field_validator("sha256")(check_sha256)
 
 
 class PriorSpec(_Strict):
@@ -222,12 +219,7 @@ class GateEntry(_Strict):
     prior: PriorSpec | None = None
     weight_histogram: WeightHistogram | None = None
 
-    @field_validator("sha256")
-    @classmethod
-    def _hex(cls, v: str) -> str:
-        if not _SHA256.match(v):
-            raise ValueError("sha256 must be 64 lowercase hex characters")
-        return v
+    _sha256 = field_validator("sha256")(check_sha256)
 
 
 class EnsembleEntry(_Strict):
@@ -237,12 +229,7 @@ class EnsembleEntry(_Strict):
     sha256: str
     outputs: list[str]
 
-    @field_validator("sha256")
-    @classmethod
-    def _hex(cls, v: str) -> str:
-        if not _SHA256.match(v):
-            raise ValueError("sha256 must be 64 lowercase hex characters")
-        return v
+    _sha256 = field_validator("sha256")(check_sha256)
 
 
 class MixtureSpec(_Strict):

@@ -1,7 +1,8 @@
 """Frames in, columns out: what ``predict_frame`` sends and what it returns.
 
 The service takes rows (``{"instances": [...]}``) and can answer one array per field
-(``"format": "columnar"``). A pandas DataFrame, a pyarrow Table or a mapping of columns
+(``"format": "columnar"``, :class:`app.contract.columns.PredictColumnarAnswer`), which is
+flattened here into one list per column. A pandas DataFrame, a pyarrow Table or a mapping of columns
 becomes rows here, with NaN, ``pd.NA``, ``NaT`` and nulls sent as ``null`` (a missing
 value). pandas, numpy and pyarrow are imported only when a caller hands over, or asks
 for, one of their objects.
@@ -14,7 +15,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
+from app.client.errors import InvalidResponse
 from app.client.results import Label
+from app.contract.columns import ExpertColumns, PredictColumnarAnswer
+from app.contract.reader import Unreadable, read
 
 
 @dataclass(frozen=True)
@@ -106,45 +110,37 @@ def _split(rows: Sequence[Sequence[Any]], names: list[str]) -> dict[str, list[An
 
 
 def columnar_result(body: Any, index: Any = None) -> ColumnarResult:
-    p = body["predictions"]
-    interval = p.get("interval")
-    experts = p.get("experts") or {}
-    classes = body.get("classes")
+    """The columnar answer, read by the contract (:class:`PredictColumnarAnswer`)."""
+    try:
+        answer = read(PredictColumnarAnswer, body, "the columnar /predict answer")
+    except (Unreadable, KeyError, TypeError, ValueError) as exc:
+        raise InvalidResponse(str(exc)) from None
+    p, interval = answer.predictions, answer.predictions.interval
+    experts = p.experts or ExpertColumns()
     return ColumnarResult(
-        model=body["model"],
-        version=body["version"],
-        request_id=body["request_id"],
-        task=body["task"],
-        n=_rows(p),
-        experts=tuple(body["experts"]),
-        classes=None if classes is None else tuple(classes),
-        label=p.get("label"),
-        probabilities=p.get("probabilities"),
-        mean=p.get("mean"),
-        std=p.get("std"),
-        interval_level=None if interval is None else interval["level"],
-        lower=None if interval is None else interval["lower"],
-        upper=None if interval is None else interval["upper"],
-        weights=p.get("weights"),
-        expert_labels=experts.get("label"),
-        expert_probabilities=experts.get("probabilities"),
-        expert_means=experts.get("mean"),
-        expert_std=experts.get("std"),
-        uncertainty=p.get("uncertainty"),
-        request_ids=(body["request_id"],),
+        model=answer.model,
+        version=answer.version,
+        request_id=answer.request_id,
+        task=answer.task,
+        n=p.n,
+        experts=answer.experts,
+        classes=answer.classes,
+        label=p.label,
+        probabilities=p.probabilities,
+        mean=p.mean,
+        std=p.std,
+        interval_level=None if interval is None else interval.level,
+        lower=None if interval is None else interval.lower,
+        upper=None if interval is None else interval.upper,
+        weights=p.weights,
+        expert_labels=experts.label,
+        expert_probabilities=experts.probabilities,
+        expert_means=experts.mean,
+        expert_std=experts.std,
+        uncertainty=None if p.uncertainty is None else dict(vars(p.uncertainty)),
+        request_ids=(answer.request_id,),
         index=index,
     )
-
-
-def _rows(parts: Mapping[str, Any]) -> int:
-    """How many instances the columnar answer holds, whichever parts it has."""
-    for key in ("label", "mean", "weights"):
-        if key in parts:
-            return len(parts[key])
-    if "uncertainty" in parts:
-        return len(parts["uncertainty"]["total"])
-    experts = parts["experts"]
-    return len(experts.get("label", experts.get("mean", ())))
 
 
 def _cell(v: Any) -> Any:

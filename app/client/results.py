@@ -1,4 +1,5 @@
-"""Typed results: the contract's answers (:mod:`app.contract.answers`) and ``GET /models``.
+"""Typed results: the contract's answers (:mod:`app.contract`), and ``GET /models`` as
+:class:`ModelInfo`, read by the contract and arranged for a caller.
 
 The answers are read by the contract's own reader, which takes the fields the contract
 promises and ignores any others, so a newer server that adds a field does not break an
@@ -8,7 +9,7 @@ older client. The parts of a prediction that ``include`` left out are ``None``.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, TypeVar
@@ -25,6 +26,7 @@ from app.contract.answers import (
     RegressionPrediction,
 )
 from app.contract.feedback import FeedbackResult
+from app.contract.models import ModelsAnswer
 from app.contract.performance import ClassScores, Performance, RegressionScores, TrustBin
 from app.contract.reader import Unreadable, read
 
@@ -111,44 +113,22 @@ def performance(body: Any) -> Performance:
     return _read(Performance, body, "the /performance answer")
 
 
-def _obj(value: Any, what: str) -> Mapping[str, Any]:
-    if not isinstance(value, Mapping):
-        raise InvalidResponse(f"expected {what} to be an object, got {type(value).__name__}")
-    return value
-
-
-def _floats(value: Mapping[str, Any]) -> dict[str, float]:
-    return {str(k): float(v) for k, v in value.items()}
-
-
 def model_info(body: Any) -> ModelInfo:
-    b = _obj(body, "the /models answer")
-    features = b["features"]
-    by_input = {f.get("input"): f["name"] for f in features}
-    classes: Sequence[Label] | None = b.get("target", {}).get("classes")
+    """``GET /models``, read by the contract (:class:`ModelsAnswer`); ``manifest`` keeps
+    the body as sent, fields this client does not know included."""
+    answer = _read(ModelsAnswer, body, "the /models answer")
+    by_input = {f.input: f.name for f in answer.features}
     return ModelInfo(
-        name=b["name"],
-        version=b["version"],
-        task=b["task"],
-        features=tuple(
-            Feature(
-                f["name"],
-                f["dtype"],
-                None if f.get("categories") is None else tuple(f["categories"]),
-            )
-            for f in features
-        ),
+        name=answer.name,
+        version=answer.version,
+        task=answer.task,
+        features=tuple(Feature(f.name, f.dtype, f.categories) for f in answer.features),
         experts=tuple(
-            ExpertInfo(
-                e["name"],
-                e.get("kind", ""),
-                tuple(by_input.get(i, i) for i in e.get("inputs", ())),
-                _floats(e.get("metrics", {})),
-            )
-            for e in b["experts"]
+            ExpertInfo(e.name, e.kind, tuple(by_input.get(i, i) for i in e.inputs), e.metrics)
+            for e in answer.experts
         ),
-        classes=None if classes is None else tuple(classes),
-        metrics={k: _floats(v) for k, v in b.get("metrics", {}).items()},
-        created_at=datetime.fromisoformat(b["created_at"]),
-        manifest=b,
+        classes=answer.target.classes,
+        metrics=answer.metrics,
+        created_at=answer.created_at,
+        manifest=body,
     )

@@ -2,7 +2,8 @@
 
 Only the fields the contract promises are read and any others are ignored, so a newer
 server that adds a field does not break an older client. A part that ``include`` left
-out, or an absent optional field, is ``None``. Each type's reader is built once from its
+out, or an absent optional field, is ``None``. A ``Sequence`` (a column) is kept as the
+list sent; a ``tuple`` is read item by item. Each type's reader is built once from its
 hints, so reading costs about what a hand-written parser does.
 """
 
@@ -10,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import types
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from functools import cache
 from typing import Any, Literal, TypeVar, Union, cast, get_args, get_origin
@@ -58,6 +59,8 @@ def _reader(hint: Any) -> Reader:
         return _as_sent  # a label: int or str, as sent
     if origin is Literal or hint is Any:
         return _as_sent
+    if origin is Sequence:
+        return _column
     if origin is tuple:
         item = _reader(args[0])
         return lambda raw: tuple(map(item, raw))
@@ -72,6 +75,14 @@ def _reader(hint: Any) -> Reader:
 
 
 def _as_sent(raw: Any) -> Any:
+    return raw
+
+
+def _column(raw: Any) -> Any:
+    """A column (``Sequence`` in the contract): the list as sent, not copied item by item,
+    since a columnar answer may hold millions of numbers."""
+    if not isinstance(raw, list):
+        raise Unreadable(f"expected an array, got {type(raw).__name__}")
     return raw
 
 

@@ -103,6 +103,8 @@ class MetricsPort:
             headers = [("Content-Type", "application/json"), ("Content-Length", str(len(body)))]
             if isinstance(exc, Unauthorized):
                 headers.append(("WWW-Authenticate", "Bearer"))
+            if isinstance(exc, MethodNotAllowed):
+                headers.append(("Allow", "GET"))  # RFC 9110: a 405 names what is taken
             start_response(f"{status} {_REASONS.get(status, 'Error')}", headers)
             return [body]
         answer: Iterable[bytes] = self._metrics(environ, start_response)

@@ -15,10 +15,11 @@ from fastapi.openapi.utils import get_openapi
 from app.contract.schema import Components, Schema, ref
 from app.core.access import KeyRing, role_of
 from app.core.context import REQUEST_ID
+from app.core.nullable import valid_row
 from app.core.runtime import LoadedModel
 from app.core.service import Service
-from app.core.weights import DEFAULT_LIMIT, MAX_LIMIT
-from app.rest.schemas import ANSWERS, STRING, components, example_row, feature_value, oip_example
+from app.rest.query import performance_parameters, weights_parameters
+from app.rest.schemas import ANSWERS, STRING, components, oip_example
 
 # Every status besides 200 that each operation can answer. Every operation can answer 400:
 # an X-Request-ID header that is not a valid id is refused before routing.
@@ -53,7 +54,6 @@ STATIC_OK: dict[str, Schema] = {
     "/livez": {"type": "object", "properties": {"status": {"const": "alive"}}},
     "/readyz": {"type": "object", "required": ["status", "model", "version"],
                 "properties": {"status": {"const": "ready"}, "model": STRING, "version": STRING}},
-    "/models": {"type": "object", "required": ["name", "version", "task", "features", "experts"]},
     "/v2": {"type": "object", "required": ["name", "version", "extensions"]},
     "/v2/health/live": {"type": "object", "properties": {"live": {"const": True}}},
     "/v2/health/ready": {"type": "object", "properties": {"ready": {"const": True}}},
@@ -188,14 +188,12 @@ def _typed(op: dict[str, Any], path: str, model: LoadedModel | None, comps: Comp
     parameters and OIP tensors when one is loaded."""
     if path in ANSWERS:
         answers = [comps.of(cls) for cls in ANSWERS[path]]
-        if path == "/predict" and model is not None:
-            answers.append(ref("PredictColumnarAnswer"))
         schema = answers[0] if len(answers) == 1 else {"anyOf": answers}
         op["responses"]["200"] = _json(schema, _ANSWER_TEXT[path])
     if path == "/predict":
         examples: dict[str, Any] = {}
         if model is not None:
-            row = example_row(model)
+            row = valid_row(model)
             examples = {
                 "rows": {"value": {"instances": [row]}},
                 "columnar": {"value": {"instances": [row, row], "format": "columnar"}},
@@ -218,7 +216,6 @@ def _typed(op: dict[str, Any], path: str, model: LoadedModel | None, comps: Comp
     elif path == "/v2/models/{name}/infer":
         examples = {"one row": {"value": oip_example(model)}}
         op["requestBody"] = {"required": True, "content": _body("InferenceRequest", examples)}
-        op["responses"]["200"] = _json(ref("InferenceResponse"), "Output tensors.")
     for param in op.get("parameters", []):
         if path.startswith(OIP_PREFIX) and param["in"] == "path" and param["name"] == "name":
             param["schema"] = {"type": "string", "enum": [model.name]}
@@ -230,6 +227,8 @@ _ANSWER_TEXT = {
     "/predict": "The answer, per instance or columnar.",
     "/weights": "A record, the gate's weights, or a page.",
     "/admin/reload": "The version now served, and the one before.",
+    "/v2/models/{name}/infer": "Output tensors.",
+    "/models": "The served bundle: its manifest, less the file layout, and its rollout.",
 }
 
 
@@ -238,46 +237,6 @@ def _body(name: str, examples: dict[str, Any]) -> dict[str, Any]:
     if examples:
         content["examples"] = examples
     return {"application/json": content}
-
-
-def weights_parameters(model: LoadedModel) -> list[Schema]:
-    """The listing's filters and every feature (for a gate probe), all optional.
-
-    A feature may be named like a filter ("limit"): the two share one parameter whose
-    schema takes either, as the route does (a query naming every feature is a probe).
-    """
-    listing: dict[str, Schema] = {
-        "request_id": {"type": "string", "pattern": REQUEST_ID.pattern},
-        "since": {"type": "string", "format": "date-time"},
-        "until": {"type": "string", "format": "date-time"},
-        "expert": {"enum": list(model.experts)},
-        "limit": {"type": "integer", "minimum": 1, "maximum": MAX_LIMIT, "default": DEFAULT_LIMIT},
-        "cursor": {"type": "string"},
-    }
-    params: dict[str, Schema] = {}
-    for name, schema in listing.items():
-        params[name] = {"name": name, "in": "query", "required": False, "schema": schema}
-    example = example_row(model)
-    for name in model.features.names:
-        value = feature_value(model, name, in_query=True)
-        if name in params:
-            shared = params[name]["schema"]
-            params[name]["schema"] = {"anyOf": [shared, value]}
-            params[name]["description"] = f"{name}: a feature, and a listing filter."
-        else:
-            params[name] = {"name": name, "in": "query", "required": False, "schema": value,
-                            "example": example[name]}  # fmt: skip
-    return list(params.values())
-
-
-def performance_parameters() -> list[Schema]:
-    """The rows' filter: the time they were served and the version that served them."""
-    times = {"type": "string", "format": "date-time"}
-    version = {"type": "string", "pattern": r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"}
-    return [
-        {"name": name, "in": "query", "required": False, "schema": schema}
-        for name, schema in (("since", times), ("until", times), ("version", version))
-    ]
 
 
 _REF = re.compile(r"^#/components/schemas/(.+)$")

@@ -6,7 +6,7 @@ everything that decides by path (the access guard, the data plane, the error fam
 a check that reads ``/api/predict`` misses the route that is then served. Starlette's own
 function is used, so the two can never disagree. A control character in a path is refused:
 routing's ``$`` also matches before a final newline, so ``/weights%0A`` would be served as
-``/weights``.
+``/weights``. A 405 names the methods of every route of its path (RFC 9110's ``Allow``).
 """
 
 from __future__ import annotations
@@ -54,3 +54,14 @@ def routes_by_path(routes: list[BaseRoute]) -> Iterator[tuple[str, BaseRoute]]:
             yield from routes_by_path(inner.routes)
         elif isinstance(path := getattr(route, "path", None), str):
             yield path, route
+
+
+def allowed_methods(routes: list[BaseRoute], path: str) -> list[str]:
+    """The methods of every route whose template matches ``path``, sorted: a path may be
+    served by several routes (``GET`` and ``HEAD /livez``), and ``Allow`` names them all."""
+    methods: set[str] = set()
+    for _, route in routes_by_path(routes):
+        regex = getattr(route, "path_regex", None)
+        if regex is not None and regex.match(path):
+            methods |= set(getattr(route, "methods", None) or ())
+    return sorted(methods)

@@ -5,7 +5,7 @@ Protocol (``{"error": "..."}``, 400 for bad requests); every other path answers
 ``{"error": {"code", "message", "field"}}``. An unexpected exception is logged with its
 traceback and answered 500 without one. A client that hangs up while its body is being
 read is logged and counted as 499, not as a 500 with a traceback: the fault, and the
-alert, are not the server's.
+alert, are not the server's. A 405 carries ``Allow``, the methods its path takes.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from app.errors import (
     oip_status,
     status_of,
 )
-from app.rest.paths import route_path
+from app.rest.paths import allowed_methods, route_path
 
 log = logging.getLogger("iabma.errors")
 OIP_PREFIX = "/v2"
@@ -53,10 +53,16 @@ def json_response(
     return Response(body, status_code=status, headers=headers, media_type="application/json")
 
 
-def error_response(exc: BaseException, path: str, status: int | None = None) -> Response:
+def error_response(
+    exc: BaseException,
+    path: str,
+    status: int | None = None,
+    headers: dict[str, str] | None = None,
+) -> Response:
     err = as_serving_error(exc)
     status = status or status_of(err)
-    headers = {"WWW-Authenticate": "Bearer"} if isinstance(err, Unauthorized) else None
+    if isinstance(err, Unauthorized):
+        headers = {**(headers or {}), "WWW-Authenticate": "Bearer"}
     if path == OIP_PREFIX or path.startswith(OIP_PREFIX + "/"):
         return json_response(oip_body(err), oip_status(status), headers)
     return json_response(native_body(err), status, headers)
@@ -83,7 +89,11 @@ def install_error_handlers(app: FastAPI) -> None:
             return error_response(NotFound(f"no such route: {method} {path}", "path"), route)
         if exc.status_code == 405:
             err = MethodNotAllowed(f"{method} is not allowed on {path}", "method")
-            return error_response(err, route)
+            # Routing names only the first route of the path; RFC 9110 wants them all.
+            allow = allowed_methods(request.app.routes, route) or sorted(
+                m.strip() for m in (exc.headers or {}).get("Allow", "").split(",") if m.strip()
+            )
+            return error_response(err, route, headers={"Allow": ", ".join(allow)})
         return error_response(ServingError(str(exc.detail)), route, exc.status_code)
 
     async def validation_error(request: Request, exc: Exception) -> Response:

@@ -1,11 +1,12 @@
 """The OpenAPI schemas of one served bundle, from the contract and the bundle's features.
 
-The request and answer types come from :mod:`app.contract`, named for this bundle (its
-experts, classes, task and row limit). What only the bundle knows is made here: each
-feature under the client's own name (any text), required and nullable as
-:class:`~app.core.inputs.FeatureTable` enforces it, numbers bounded by float32 like the
-graphs, categories as an enum wherever an unseen one is refused; the columnar answer;
-and the Open Inference Protocol's tensors.
+The request and answer types, the columnar and OIP answers among them, come from
+:mod:`app.contract`, named for this bundle (its experts, classes, outputs, task and row
+limit). What only the bundle knows is made here: each feature under the client's own name
+(any text), required as :class:`~app.core.inputs.FeatureTable` enforces it and nullable
+where the bundle answers a missing value (:mod:`app.core.nullable`), numbers bounded by
+float32 like the graphs, categories as an enum wherever an unseen one is refused; and the
+Open Inference Protocol's input tensors.
 """
 
 from __future__ import annotations
@@ -15,7 +16,6 @@ from typing import Any
 from app.bundle.mixture import INTERVAL
 from app.codecs.oip import NUMERIC_TYPES, output_names
 from app.contract.answers import (
-    UNCERTAINTY,
     AuditRecord,
     ErrorBody,
     GateWeights,
@@ -24,22 +24,27 @@ from app.contract.answers import (
     RecordPage,
     Reloaded,
 )
+from app.contract.columns import InferenceResponse, PredictColumnarAnswer
 from app.contract.feedback import FeedbackRequest, FeedbackResult
+from app.contract.models import ModelsAnswer
 from app.contract.performance import Performance
 from app.contract.request import PredictRequest
 from app.contract.schema import Components, Schema, Vocabulary
 from app.core.inputs import FLOAT32_MAX
+from app.core.nullable import nullable_features, valid_row
 from app.core.runtime import LoadedModel
 
-NUMBER: Schema = {"type": "number"}
 STRING: Schema = {"type": "string"}
+OPTIONAL_OBJECT: Schema = {"type": ["object", "null"]}
 # The answer of each route, as the contract describes it.
 ANSWERS: dict[str, tuple[type, ...]] = {
-    "/predict": (PredictResult,),
+    "/predict": (PredictResult, PredictColumnarAnswer),
     "/weights": (AuditRecord, GateWeights, RecordPage),
     "/admin/reload": (Reloaded,),
     "/feedback": (FeedbackResult,),
     "/performance": (Performance,),
+    "/v2/models/{name}/infer": (InferenceResponse,),
+    "/models": (ModelsAnswer,),
 }
 
 
@@ -56,6 +61,8 @@ def components(model: LoadedModel | None, max_rows: int) -> tuple[dict[str, Sche
             class_keys=tuple(model.class_keys),
             interval=INTERVAL,
             max_rows=max_rows,
+            outputs=output_names(model),
+            per_row_sds=model.task == "regression" and model.per_row_sds,
         )
     comps = Components(vocabulary)
     described: list[type] = [PredictRequest, FeedbackRequest, ErrorBody, OipError]
@@ -66,9 +73,7 @@ def components(model: LoadedModel | None, max_rows: int) -> tuple[dict[str, Sche
     schemas = dict(comps.schemas)
     if model is not None:
         schemas["Instance"] = instance(model)
-        schemas["PredictColumnarAnswer"] = _columnar(model)
         schemas["InferenceRequest"] = oip_request(model, max_rows)
-        schemas["InferenceResponse"] = oip_answer(model)
     return schemas, comps
 
 
@@ -103,24 +108,28 @@ def category_values(model: LoadedModel, name: str) -> list[str] | None:
 
 def feature_value(model: LoadedModel, name: str, in_query: bool = False) -> Schema:
     """One feature's value: a float32-range number or a category; missing is ``null`` in a
-    JSON body, and an empty value in a query string (where there is no ``null``)."""
+    JSON body, and an empty value in a query string (where there is no ``null``). A body's
+    ``null`` is offered only where the bundle answers it (:func:`nullable_features`)."""
     table = model.features
-    missing = "an empty value" if in_query else "null"
+    nullable = not in_query and name in nullable_features(model)
+    missing = "an empty value for a missing value" if in_query else "null for a missing value"
+    if not in_query and not nullable:
+        missing = "never null: an expert gives no finite answer without it"
     if name in table.numeric:
         kind = "number"
         out: Schema = {"minimum": -FLOAT32_MAX, "maximum": FLOAT32_MAX}
-        what = f"A number (numeric text is read too); {missing} for a missing value."
+        what = f"A number (numeric text is read too); {missing}."
     else:
         kind = "string"
         cats = category_values(model, name)
         shown = table.categories[name].shown()
-        out = {} if cats is None else {"enum": cats if in_query else [*cats, None]}
+        out = {} if cats is None else {"enum": [*cats, None] if nullable else cats}
         what = (
-            f"A category among {shown}; {missing} for a missing value."
+            f"A category among {shown}; {missing}."
             if cats is not None
             else f"Text; known categories {shown}, any other is read as missing or other."
         )
-    return {"type": kind if in_query else [kind, "null"], **out, "description": what}
+    return {"type": [kind, "null"] if nullable else kind, **out, "description": what}
 
 
 def instance(model: LoadedModel) -> Schema:
@@ -129,17 +138,8 @@ def instance(model: LoadedModel) -> Schema:
     return _object(
         {name: feature_value(model, name) for name in names},
         description="Every feature of the model, by the name in the training data; "
-        "null for a missing value.",
+        "null for a missing value where the feature's schema takes it.",
     )
-
-
-def example_row(model: LoadedModel) -> dict[str, Any]:
-    """A valid row for the examples: 1.0 for numbers, the first category of the others."""
-    table = model.features
-    return {
-        name: 1.0 if name in table.numeric else table.categories[name].categories[0]
-        for name in table.names
-    }
 
 
 def oip_example(model: LoadedModel) -> dict[str, Any]:
@@ -147,130 +147,57 @@ def oip_example(model: LoadedModel) -> dict[str, Any]:
     tensors = [
         {"name": name, "datatype": "FP64" if name in numeric else "BYTES", "shape": [1, 1],
          "data": [value]}
-        for name, value in example_row(model).items()
+        for name, value in valid_row(model).items()
     ]  # fmt: skip
     return {"inputs": tensors}
 
 
+def _contains_tensor(name: str) -> Schema:
+    return {"contains": {"required": ["name"], "properties": {"name": _const(name)}}}
+
+
+def input_tensor(model: LoadedModel, name: str, max_rows: int) -> Schema:
+    """One feature's tensor, ``[n]`` or ``[n, 1]``, numeric or ``BYTES``."""
+    value = feature_value(model, name)
+    numeric = name in model.features.numeric
+    rows = {"type": "integer", "minimum": 1, "maximum": max_rows}
+    return {
+        "type": "object",
+        "required": ["name", "datatype", "shape", "data"],
+        "properties": {
+            "name": _const(name),
+            "datatype": {"enum": sorted(NUMERIC_TYPES)} if numeric else _const("BYTES"),
+            "shape": {"type": "array", "prefixItems": [rows, _const(1)], "minItems": 1,
+                      "maxItems": 2},
+            "data": _array({"anyOf": [value, _array(value, 1)]}, minItems=1),
+            "parameters": OPTIONAL_OBJECT,
+        },
+    }  # fmt: skip
+
+
 def oip_request(model: LoadedModel, max_rows: int) -> Schema:
-    """An OIP v2 inference request: one tensor per feature, ``[n]`` or ``[n, 1]``."""
-    table = model.features
-    tensors = []
-    for name in table.names:
-        value = feature_value(model, name)
-        dtype = {"enum": sorted(NUMERIC_TYPES)} if name in table.numeric else _const("BYTES")
-        tensors.append(
-            {
-                "type": "object",
-                "required": ["name", "datatype", "shape", "data"],
-                "properties": {
-                    "name": _const(name),
-                    "datatype": dtype,
-                    "shape": {
-                        "type": "array",
-                        "prefixItems": [
-                            {"type": "integer", "minimum": 1, "maximum": max_rows},
-                            _const(1),
-                        ],
-                        "minItems": 1,
-                        "maxItems": 2,
-                    },
-                    "data": _array({"anyOf": [value, _array(value, 1)]}, minItems=1),
-                    "parameters": {"type": "object"},
-                },
-            }
-        )
+    """An OIP v2 inference request: one tensor per feature, each once."""
+    names = model.features.names
+    wanted = {"type": "object", "required": ["name"],
+              "properties": {"name": {"enum": list(output_names(model))},
+                             "parameters": OPTIONAL_OBJECT}}  # fmt: skip
     return {
         "type": "object",
         "required": ["inputs"],
         "additionalProperties": False,
         "properties": {
-            "id": STRING,
-            "parameters": {"type": "object"},
-            "inputs": _array({"anyOf": tensors}, minItems=1, maxItems=len(table.names)),
-            "outputs": _array(
-                {
-                    "type": "object",
-                    "required": ["name"],
-                    "properties": {"name": {"enum": list(output_names(model))}},
-                }
+            # The server reads null as absent, here and in every tensor's parameters.
+            "id": {"type": ["string", "null"]},
+            "parameters": OPTIONAL_OBJECT,
+            # Every feature's tensor, each once: the server refuses a request without one.
+            "inputs": _array(
+                {"anyOf": [input_tensor(model, name, max_rows) for name in names]},
+                minItems=len(names),
+                maxItems=len(names),
+                allOf=[_contains_tensor(name) for name in names],
             ),
+            "outputs": {"anyOf": [_array(wanted), {"type": "null"}]},
         },
-        "description": "Every feature as one tensor named as in the training data; "
-        "all tensors have the same number of rows.",
+        "description": "Every feature as one tensor named as in the training data, each "
+        "once; all tensors have the same number of rows.",
     }
-
-
-# -- answers -----------------------------------------------------------------------------------
-def _header(model: LoadedModel) -> dict[str, Schema]:
-    return {
-        "model": _const(model.name),
-        "version": STRING,
-        "request_id": STRING,
-        "task": _const(model.task),
-    }
-
-
-def _columnar(model: LoadedModel) -> Schema:
-    """``format: columnar``: one array per field, in instance order."""
-    m, column = len(model.experts), _array(NUMBER)
-    classification = model.task == "classification"
-    parts: dict[str, Schema] = {}
-    meta: dict[str, Schema] = {"format": _const("columnar"), "experts": _const(list(model.experts))}
-    if classification:
-        c = len(model.classes)
-        meta["classes"] = _const(list(model.classes))
-        label: Schema = {"enum": list(model.classes)}
-        parts["label"] = _array(label)
-        parts["probabilities"] = _array(_array(NUMBER, c))
-        parts["experts"] = _object(
-            {
-                "label": _array(_array(label, m)),
-                "probabilities": _array(_array(_array(NUMBER, c), m)),
-            }
-        )
-    else:
-        parts["mean"], parts["std"] = column, column
-        parts["interval"] = _object({"level": _const(INTERVAL), "lower": column, "upper": column})
-        # One std per expert, or per row and expert where the bundle serves per-row sds.
-        std = _array(_array(NUMBER, m)) if model.per_row_sds else _array(NUMBER, m)
-        parts["experts"] = _object({"mean": _array(_array(NUMBER, m)), "std": std})
-    parts["weights"] = _array(_array(NUMBER, m))
-    parts["uncertainty"] = _object({k: column for k in UNCERTAINTY})
-    predictions = _object(
-        parts,
-        required=False,
-        minProperties=1,
-        description="One array per field, rows in instance order; the fields follow include.",
-    )
-    return _object({**_header(model), **meta, "predictions": predictions})
-
-
-def oip_answer(model: LoadedModel) -> Schema:
-    tensor = {
-        "type": "object",
-        "required": ["name", "datatype", "shape", "data"],
-        "properties": {
-            "name": {"enum": list(output_names(model))},
-            "datatype": STRING,
-            "shape": _array({"type": "integer", "minimum": 0}),
-            "data": _array({"type": ["number", "string"]}),
-            "parameters": {"type": "object"},
-        },
-        "additionalProperties": False,
-    }
-    return _object(
-        {
-            "model_name": _const(model.name),
-            "model_version": STRING,
-            "id": STRING,
-            "parameters": _object(
-                {
-                    "request_id": STRING,
-                    "task": _const(model.task),
-                    "experts": _const(list(model.experts)),
-                }
-            ),
-            "outputs": _array(tensor),
-        }
-    )

@@ -76,6 +76,7 @@ def test_the_port_of_its_own_needs_a_metrics_key(own_port: tuple[UvicornProcess,
             assert r.status_code == 404 and r.json()["error"]["field"] == "path", path
         posted = c.post("/metrics", headers=bearer(METRICS))
         assert posted.status_code == 405 and posted.json()["error"]["field"] == "method"
+        assert posted.headers["allow"] == "GET"
 
         def scraped() -> bool:
             r = c.get("/metrics", headers=bearer(METRICS))

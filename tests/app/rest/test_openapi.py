@@ -160,6 +160,7 @@ def test_real_answers_match_the_document(
         probe = app.get("/weights", params={k: "" if v is None else v for k, v in rows[0].items()})
         record = app.get("/weights", params={"request_id": "odd-1"})
         page = app.get("/weights", params={"limit": "5"})
+        models = app.get("/models")
         infer = app.post(
             "/v2/models/odd/infer",
             json={
@@ -182,6 +183,7 @@ def test_real_answers_match_the_document(
         (record, "AuditRecord"),
         (page, "RecordPage"),
         (infer, "InferenceResponse"),
+        (models, "ModelsAnswer"),
     ]:
         assert r.status_code == 200, (name, r.text)
         validator(doc, name).validate(r.json())
@@ -228,6 +230,17 @@ def test_the_document_follows_a_reload(odd_bundle: tuple[Path, Trained], tmp_pat
     assert "limit" in before["components"]["schemas"]["Instance"]["properties"]
 
 
+def oip_body(app: AsgiHarness, rows: list[dict[str, Any]]) -> dict[str, Any]:
+    numeric = app.service.runtime.require().features.numeric
+    return {
+        "inputs": [
+            {"name": name, "datatype": "FP64" if name in numeric else "BYTES",
+             "shape": [len(rows)], "data": [row[name] for row in rows]}
+            for name in rows[0]
+        ]
+    }  # fmt: skip
+
+
 def test_regression_answers_match_their_document(
     odd_regression: tuple[Path, Trained], tmp_path: Path
 ) -> None:
@@ -240,10 +253,14 @@ def test_regression_answers_match_their_document(
             "PredictColumnarAnswer": app.post(
                 "/predict", json={"instances": rows, "format": "columnar"}
             ),
+            "InferenceResponse": app.post("/v2/models/oddreg/infer", json=oip_body(app, rows)),
+            "ModelsAnswer": app.get("/models"),
         }
     interval = doc["components"]["schemas"]["Interval"]
     assert interval["properties"]["level"] == {"const": 0.9}
     assert "ClassPrediction" not in doc["components"]["schemas"]
+    columns = doc["components"]["schemas"]["ColumnarPredictions"]["properties"]
+    assert "label" not in columns and {"mean", "std", "interval"} <= set(columns)
     for name, r in answers.items():
         assert r.status_code == 200, r.text
         validator(doc, name).validate(r.json())
