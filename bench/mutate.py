@@ -43,7 +43,8 @@ PRESETS: dict[str, tuple[str, list[str]]] = {
         "tests/app/core/test_feedback_hostile.py", "tests/app/core/test_feedback_trust.py",
     ]),
     "gate": ("training.refit.gate", [
-        "tests/training/refit/test_refit_split.py", "tests/training/refit/test_refit_gate.py",
+        "tests/training/refit/test_refit_split.py", "tests/training/refit/test_refit_gate_parts.py",
+        "tests/training/refit/test_refit_gate.py",
     ]),
 }  # fmt: skip
 
@@ -52,8 +53,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("module", choices=sorted(PRESETS))
     parser.add_argument("--lines", help="only the mutants on these lines, comma-separated")
-    parser.add_argument("--factor", type=float, default=5.0,
-                        help="a mutant's time limit, in clean runs of its tests")  # fmt: skip
+    parser.add_argument("--factor", type=float, default=3.0,
+                        help="a mutant's time limit, in unmutated child runs")  # fmt: skip
     parser.add_argument("--out", type=Path, help="default: bench/results/mutation-MODULE.json")
     args, extra = parser.parse_known_args(argv)
     name, tests = PRESETS[args.module]

@@ -92,7 +92,7 @@ class MutationPlugin:
     module_name: str
     out: Path
     only_lines: set[int] | None = None
-    factor: float = 5.0
+    factor: float = 3.0
     results: list[Outcome] = field(default_factory=list)
     failed: bool = False
 
@@ -113,7 +113,7 @@ class MutationPlugin:
                 return False
         return True
 
-    def _child(self, session: pytest.Session, mutant: Mutant) -> None:
+    def _child(self, session: pytest.Session, mutant: Mutant | None) -> None:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, 1)
         os.dup2(devnull, 2)
@@ -121,11 +121,11 @@ class MutationPlugin:
         if reporter is not None:  # it writes to a copy of the terminal's descriptor
             session.config.pluginmanager.unregister(reporter)
         module = importlib.import_module(self.module_name)
-        if apply(mutant, module) is not None:
+        if mutant is not None and apply(mutant, module) is not None:
             os._exit(3)
         os._exit(0 if self._run_items(session, keep=False) else 1)
 
-    def _one(self, session: pytest.Session, mutant: Mutant, limit: float) -> Outcome:
+    def _one(self, session: pytest.Session, mutant: Mutant | None, limit: float) -> Outcome:
         t0 = time.monotonic()
         pid = os.fork()
         if pid == 0:
@@ -145,6 +145,8 @@ class MutationPlugin:
             os.kill(pid, signal.SIGKILL)
             os.waitpid(pid, 0)
         took = round(time.monotonic() - t0, 2)
+        if mutant is None:
+            return Outcome("unmutated", "", 0, status, took)
         return Outcome(mutant.name, mutant.qualname, mutant.line, status, took)
 
     @pytest.hookimpl(tryfirst=True)
@@ -159,24 +161,32 @@ class MutationPlugin:
         if not self._run_items(session, keep=True):
             raise pytest.UsageError("the tests fail on the unmutated code")
         clean = time.monotonic() - t0
-        limit = max(10.0, self.factor * clean)
-        print(f"\n{len(session.items)} tests pass in {clean:.1f} s; {len(found)} mutants, "
-              f"each killed after {limit:.0f} s", flush=True)  # fmt: skip
+        # A child runs without building the session's fixtures: time one unmutated.
+        child = self._one(session, None, 10 * clean + 60)
+        if child.status != "survived":
+            raise pytest.UsageError(f"an unmutated child ends {child.status}")
+        limit = max(15.0, self.factor * child.seconds)
+        print(
+            f"\n{len(session.items)} tests pass in {clean:.1f} s ({child.seconds:.1f} s in a "
+            f"child); {len(found)} mutants, each killed after {limit:.0f} s",
+            flush=True,
+        )
         for k, mutant in enumerate(found):
             done = self._one(session, mutant, limit)
             self.results.append(done)
             print(f"[{k + 1}/{len(found)}] {done.status:9} {done.seconds:6.1f} s  {mutant.name}",
                   flush=True)  # fmt: skip
-        self.write(clean, len(session.items))
+        self.write(clean, limit, len(session.items))
         return True
 
-    def write(self, clean: float, tests: int) -> None:
+    def write(self, clean: float, limit: float, tests: int) -> None:
         killed = [r for r in self.results if r.status.startswith("killed") or r.status == "timeout"]
         survived = [r for r in self.results if r.status == "survived"]
         data = {
             "module": self.module_name,
             "tests": tests,
             "clean_run_s": round(clean, 1),
+            "limit_s": round(limit, 1),
             "mutants": len(self.results),
             "killed": len(killed),
             "survived": len(survived),

@@ -1,0 +1,157 @@
+"""``POST /feedback``'s body read item by item, its refusals chosen by what they are, and
+how an outcome names its poster; no trail needed."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from app.audit.outcomes import Found
+from app.core.feedback import MAX_FAULTS, Item, _item, _refuse, _unbound, decode, poster_of
+from app.errors import Archived, Fault, InvalidInput, OutcomeConflict, TooManyRows
+
+
+def faults_of(body: Any, max_rows: int = 100) -> list[tuple[str, str]]:
+    with pytest.raises(InvalidInput) as err:
+        decode(body, max_rows)
+    return [(f.code, f.field) for f in err.value.faults]
+
+
+def test_well_formed_items_are_read_in_order() -> None:
+    got = decode({"outcomes": [{"request_id": "a", "outcome": 1},
+                               {"request_id": "b:2", "row": 3, "outcome": "x"}]}, 2)  # fmt: skip
+    assert got == [Item(0, "a", 0, 1), Item(1, "b:2", 3, "x")]
+    # The slow path reads the same item: a key order or an int subclass changes nothing.
+    assert _item(5, {"outcome": None, "row": 1, "request_id": "c"}) == Item(5, "c", 1, None)
+    assert _item(0, {"request_id": "c", "row": 0, "outcome": 2}) == Item(0, "c", 0, 2)
+
+
+@pytest.mark.parametrize(
+    ("body", "want"),
+    [
+        ([], [("wrong_type", "body")]),
+        ({"outcomes": [], "x": 1}, [("unknown_field", "x")]),
+        ({}, [("missing_field", "outcomes")]),
+        ({"outcomes": {}}, [("wrong_type", "outcomes")]),
+        ({"outcomes": []}, [("empty_batch", "outcomes")]),
+        ({"outcomes": [3]}, [("wrong_type", "outcomes[0]")]),
+        ({"outcomes": [{"request_id": "a"}]}, [("missing_field", "outcomes[0].outcome")]),
+        ({"outcomes": [{"outcome": 1}]}, [("missing_field", "outcomes[0].request_id")]),
+        (
+            {"outcomes": [{"request_id": "a", "outcome": 1, "extra": 0}]},
+            [("unknown_field", "outcomes[0].extra")],
+        ),
+        (
+            {"outcomes": [{"request_id": "a b", "outcome": 1}]},
+            [("invalid_value", "outcomes[0].request_id")],
+        ),
+        (
+            {"outcomes": [{"request_id": "a\n", "outcome": 1}]},
+            [("invalid_value", "outcomes[0].request_id")],
+        ),
+        (
+            {"outcomes": [{"request_id": 7, "outcome": 1}]},
+            [("invalid_value", "outcomes[0].request_id")],
+        ),
+        (
+            {"outcomes": [{"request_id": "a", "row": -1, "outcome": 1}]},
+            [("invalid_value", "outcomes[0].row")],
+        ),
+        (
+            {"outcomes": [{"request_id": "a", "row": True, "outcome": 1}]},
+            [("invalid_value", "outcomes[0].row")],
+        ),
+        (
+            {"outcomes": [{"request_id": "a", "row": 1.0, "outcome": 1}]},
+            [("invalid_value", "outcomes[0].row")],
+        ),
+    ],
+)
+def test_each_fault_of_a_body_is_named(body: Any, want: list[tuple[str, str]]) -> None:
+    assert faults_of(body) == want
+
+
+def test_messages_say_what_was_expected() -> None:
+    with pytest.raises(InvalidInput) as err:
+        decode({"outcomes": [{"request_id": "a", "row": "2", "outcome": 1}, 5]}, 10)
+    row, item = err.value.faults
+    assert row.message == 'expected an integer >= 0, got "2"'
+    assert item.message == "expected an object, got 5"
+    with pytest.raises(InvalidInput) as err:
+        decode({"outcomes": [{"request_id": None, "outcome": 1}]}, 10)
+    assert err.value.faults[0].message == (
+        "expected a request id (1-128 letters, digits or ._:/+=-), got null"
+    )
+
+
+def test_a_row_zero_and_the_longest_id_are_taken() -> None:
+    rid = "r" * 128
+    assert (
+        decode({"outcomes": [{"request_id": rid, "row": 0, "outcome": 1}]}, 1)[0].request_id == rid
+    )
+    assert faults_of({"outcomes": [{"request_id": rid + "r", "outcome": 1}]}) == [
+        ("invalid_value", "outcomes[0].request_id")
+    ]
+
+
+def test_too_many_items_is_its_own_refusal() -> None:
+    body = {"outcomes": [{"request_id": "a", "outcome": 1}] * 3}
+    assert len(decode(body, 3)) == 3
+    with pytest.raises(TooManyRows, match="3 outcomes exceed the limit of 2") as err:
+        decode(body, 2)
+    assert err.value.faults[0].field == "outcomes"
+
+
+def test_faults_stop_at_the_cap() -> None:
+    body = {"outcomes": [{"request_id": "a b", "row": -1, "outcome": 1}] * 30}
+    found = faults_of(body)
+    assert len(found) == MAX_FAULTS
+    assert found[-1] == ("invalid_value", f"outcomes[{MAX_FAULTS // 2 - 1}].row")
+    one_each = {"outcomes": [5] * 30}
+    assert faults_of(one_each)[-1] == ("wrong_type", f"outcomes[{MAX_FAULTS - 1}]")
+
+
+def test_an_id_that_names_no_one_record_is_told_apart() -> None:
+    found = Found(ambiguous={"twice": 2}, archived={"old": "2026-01-02"}, unreadable={"bent"})
+    item = Item(3, "", 0, 1)
+
+    def fault(rid: str) -> Fault | None:
+        return _unbound("demo", Item(item.at, rid, 0, 1), found)
+
+    twice, old, bent, none = (fault(r) for r in ("twice", "old", "bent", "none"))
+    assert twice is not None and twice.code == "ambiguous_request"
+    assert twice.field == "outcomes[3].request_id" and twice.message.startswith("2 predictions")
+    assert old is not None and old.code == "archived" and "files of 2026-01-02" in old.message
+    assert bent is not None and bent.code == "not_scorable"
+    assert none is not None and none.code == "unknown_request" and "'demo'" in none.message
+
+
+def test_the_refusal_is_chosen_by_the_faults() -> None:
+    _refuse([])  # nothing to refuse
+    ambiguous = Fault("ambiguous_request", "outcomes[0].request_id", "twice")
+    archived = Fault("archived", "outcomes[1].request_id", "gone")
+    other = Fault("invalid_value", "outcomes[2].row", "bad")
+    with pytest.raises(OutcomeConflict) as conflict:
+        _refuse([ambiguous, ambiguous])
+    assert len(conflict.value.faults) == 2
+    with pytest.raises(Archived) as gone:
+        _refuse([archived, archived])
+    assert gone.value.faults == [archived, archived] and str(gone.value) == "gone"
+    for mixed in ([ambiguous, other], [archived, ambiguous], [other]):
+        with pytest.raises(InvalidInput) as err:
+            _refuse(mixed)
+        assert type(err.value) is InvalidInput and err.value.faults == mixed
+    with pytest.raises(InvalidInput) as err:
+        _refuse([other] * (MAX_FAULTS + 3))
+    assert len(err.value.faults) == MAX_FAULTS
+
+
+def test_a_poster_is_a_keyed_fingerprint_of_its_key() -> None:
+    name = poster_of(b"trail key", "secret-key-1")
+    assert name.startswith("key:") and len(name) == 16
+    assert int(name[4:], 16) >= 0 and "secret" not in name
+    assert poster_of(b"trail key", "secret-key-1") == name
+    assert poster_of(b"trail key", "secret-key-2") != name
+    assert poster_of(b"other key", "secret-key-1") != name
+    assert poster_of(None, "k") == poster_of(b"", "k")
