@@ -235,3 +235,26 @@ def test_a_graph_that_fails_on_missing_values_is_named(store: Path, bundles: Bun
     credit = open_bundle(bundles.store / "credit" / bundles.credit.version)
     with pytest.raises(BundleError, match="fails on a row of missing values"):
         check_shapes(loader.OpenedBundle(demo.path, demo.manifest, credit.session))
+
+
+def test_a_regression_graph_with_a_mean_too_many_is_named(bundles: Bundles) -> None:
+    """The credit bundle's graph with one more column of expert means than experts (built
+    by a Concat on its output): the weights agree with the manifest, the means do not."""
+    import onnxruntime as ort
+    from onnx import helper
+
+    bundle = open_bundle(bundles.store / "credit" / bundles.credit.version)
+    model = onnx.load(str(bundle.path / bundle.manifest.ensemble.file))
+    for node in model.graph.node:
+        node.output[:] = ["means_raw" if o == "expert_means" else o for o in node.output]
+    model.graph.node.append(
+        helper.make_node("Concat", ["means_raw", "means_raw"], ["expert_means"], axis=1)
+    )
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    bent = loader.OpenedBundle(bundle.path, bundle.manifest, session)
+    n = len(bundle.manifest.experts)
+    with pytest.raises(BundleError) as err:
+        check_shapes(bent)
+    assert str(err.value) == (
+        f"{bundle.manifest.ensemble.file}: experts output ({2 * n},) means, expected {n}"
+    )

@@ -98,6 +98,9 @@ def test_a_regression_refit_scores_both_gates_in_the_targets_units(
     assert c["se_difference"] > 0 and c["resamples"] == BOOTSTRAP_RESAMPLES
     assert (c["n_fit"], c["n_held_out"], c["n_held_requests"]) == (180, 60, 6)
     assert refit.better == (c["difference"] < -c["se_difference"])
+    assert refit.temperature_ == float(refit.combiner_.temperature_)
+    assert refit.fit_weights_.shape == (180, 2)
+    assert np.allclose(refit.fit_weights_.sum(axis=1), 1.0)
     w = refit.held_weights_
     assert refit.mean_weights_ == {
         k: dict(zip(m.expert_names, w[k].mean(axis=0).tolist(), strict=True)) for k in w
@@ -142,3 +145,10 @@ def test_the_served_gates_weights_come_from_the_served_graph(world: World) -> No
     cols = refit.schema_.columns(data.X)
     weights = bundle.session.run(["weights"], cols)[0]
     assert np.allclose(refit.held_weights_["old"], weights[refit.held_out_])
+
+
+def test_better_means_by_more_than_the_paired_se(tmp_path: Path) -> None:
+    refit = GateRefit(tmp_path)
+    for difference, se, better in ((-1.0, 1.0, False), (-1.01, 1.0, True), (0.5, 0.1, False)):
+        refit.comparison_ = {"difference": difference, "se_difference": se}
+        assert refit.better is better
