@@ -4,13 +4,17 @@ all went, records placed by their chain and link, and how each finding reads."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from app.audit.chain import ChainHead, chain_key
 from app.audit.chain_links import Chains
-from app.audit.verify import UNKNOWN, Deleted, Rec, _place, _RecordWalk, compare
+from app.audit.engine import make_engine
+from app.audit.verify import UNKNOWN, Deleted, Rec, _place, _RecordWalk, compare, verify
+from tests.support.tampering import KEY as KEY_OF_FILL
+from tests.support.tampering import fill
 
 KEY = chain_key(b"walk")
 AT = 1_700_000_000_000_000
@@ -196,3 +200,40 @@ def test_findings_and_deletions_read_as_strings() -> None:
         == "deleted: record 1 of 1 of chain 3 link 1 (the first of chain 3; the newest of chain 3)"
     )
     assert str(Rec(5, b"", "abc")) == "record id 5 (request id 'abc' (stored as text))"
+
+
+def test_a_record_of_an_emptied_link_read_after_a_later_link_is_out_of_order() -> None:
+    """Links 2 and 3 lost their records; one then shows up naming link 3 after link 4's."""
+    links = chains(*(link_over([rec(s)], seq=s) for s in (1, 2, 3, 4)))
+    said = walked(links, [(rec(1), 1, 1), (rec(4), 1, 4), (rec(9), 1, 3)])
+    assert said[2:] == ["inserted: record id 9 (request id 'r9') into chain 1 link 3, out of order"]
+    assert [s.split(" (")[0] for s in said[:2]] == [
+        "deleted: record 1 of 1 of chain 1 link 2, committed 2023-11-14T22:13:20.000000Z",
+        "deleted: record 1 of 1 of chain 1 link 3, committed 2023-11-14T22:13:20.000000Z",
+    ]
+
+
+def test_a_chain_whose_records_all_went_is_named() -> None:
+    links = chains(link_over([rec(1)], chain=1), link_over([rec(2)], chain=2))
+    assert walked(links, [(rec(1), 1, 1)]) == [
+        "deleted: record 1 of 1 of chain 2 link 1, committed 2023-11-14T22:13:20.000000Z "
+        "(the first of chain 2; the newest of chain 2)"
+    ]
+
+
+def test_a_window_reads_the_records_of_the_links_committed_in_it(tmp_path: Path) -> None:
+    """``since_us`` at a record's time: the records of the links from there on are read,
+    those a little older among them (a record's time is before its link's)."""
+    url = f"sqlite:///{tmp_path / 'audit.db'}"
+    fill(url)
+    engine = make_engine(url, 10.0)
+    try:
+        with engine.connect() as conn:
+            times = [r[0] for r in conn.exec_driver_sql(
+                "select created_us from iabma_audit_log order by id")]  # fmt: skip
+        whole = verify(engine, KEY_OF_FILL, None)
+        since = verify(engine, KEY_OF_FILL, times[7])
+    finally:
+        engine.dispose()
+    assert whole.intact and since.intact, (whole.findings, since.findings)
+    assert whole.records == since.records == len(times) == 15
