@@ -12,7 +12,16 @@ import pytest
 from app.audit.chain import ChainHead, chain_key
 from app.audit.chain_links import Chains
 from app.audit.engine import make_engine
-from app.audit.verify import UNKNOWN, Deleted, Rec, _place, _RecordWalk, compare, verify
+from app.audit.verify import (
+    LINK_LAG_US,
+    UNKNOWN,
+    Deleted,
+    Rec,
+    _place,
+    _RecordWalk,
+    compare,
+    verify,
+)
 from tests.support.tampering import KEY as KEY_OF_FILL
 from tests.support.tampering import fill
 
@@ -162,6 +171,7 @@ def row(chain: Any, seq: Any, at: Any = AT) -> tuple[Any, ...]:
     [
         (None, None, None, "(in no link)"),
         ("1", 1, None, "(its chain and link are '1' and 1, not numbers)"),
+        (None, 3, None, "(its chain and link are None and 3, not numbers)"),
         (1, 2.0, None, "(its chain and link are 1 and 2.0, not numbers)"),
         (1, 9, None, "(names chain 1 link 9, which does not exist)"),
         (1, 3, None, "(names chain 1 link 3, at or below the chain's cut through link 4)"),
@@ -231,9 +241,12 @@ def test_a_window_reads_the_records_of_the_links_committed_in_it(tmp_path: Path)
         with engine.connect() as conn:
             times = [r[0] for r in conn.exec_driver_sql(
                 "select created_us from iabma_audit_log order by id")]  # fmt: skip
-        whole = verify(engine, KEY_OF_FILL, None)
+        seen: list[int] = []
+        whole = verify(engine, KEY_OF_FILL, None, progress=seen.append)
         since = verify(engine, KEY_OF_FILL, times[7])
+        late = verify(engine, KEY_OF_FILL, times[-1] + LINK_LAG_US + 1)
     finally:
         engine.dispose()
     assert whole.intact and since.intact, (whole.findings, since.findings)
-    assert whole.records == since.records == len(times) == 15
+    assert whole.records == since.records == len(times) == 15 and seen == [15]
+    assert late.records == 0 and late.intact  # older than any link of the window

@@ -82,7 +82,11 @@ def test_a_regression_refit_scores_both_gates_in_the_targets_units(
     assert refit.served_ranges_ == {"fit": (0, 17), "held_out": (18, 23)}
     assert np.allclose(refit.y_held_, (y[held] - m.target.mean) / m.target.scale)
     # The experts' means as the served graph gives them, standardised, all rows.
+    from app.bundle.loader import open_bundle
+
+    served_means = open_bundle(path).session.run(["expert_means"], refit.schema_.columns(X))[0]
     assert refit.outputs_.shape == (240, 2)
+    assert np.allclose(refit.outputs_, (served_means - m.target.mean) / m.target.scale)
     # Each gate's NLL by hand: a mixture of Gaussians in the target's units.
     sig = np.array([e.sigma for e in m.experts]) * m.target.scale
     means = refit.outputs_[held] * m.target.scale + m.target.mean
