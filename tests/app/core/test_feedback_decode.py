@@ -9,7 +9,18 @@ from typing import Any
 import pytest
 
 from app.audit.outcomes import Found
-from app.core.feedback import MAX_FAULTS, Item, _item, _refuse, _unbound, decode, poster_of
+from app.audit.scores import Served
+from app.bundle.normalise import Normaliser
+from app.core.feedback import (
+    MAX_FAULTS,
+    Item,
+    _check,
+    _item,
+    _refuse,
+    _unbound,
+    decode,
+    poster_of,
+)
 from app.errors import Archived, Fault, InvalidInput, OutcomeConflict, TooManyRows
 
 
@@ -158,3 +169,26 @@ def test_a_poster_is_a_keyed_fingerprint_of_its_key() -> None:
     assert poster_of(b"trail key", "secret-key-2") != name
     assert poster_of(b"other key", "secret-key-1") != name
     assert poster_of(None, "k") == poster_of(b"", "k")
+
+
+def _served(rid: str, n: int, outputs: bytes | None = b"kept") -> Served:
+    return Served(1, rid, 0, "v1", "classification", n, '["a","b"]', '["no","yes"]', b"", b"",
+                  outputs)  # fmt: skip
+
+
+def test_rows_a_record_lacks_and_records_that_cannot_be_scored_are_named() -> None:
+    found = Found(records={"two": _served("two", 2), "one": _served("one", 1),
+                           "old": _served("old", 1, None)})  # fmt: skip
+    items = [Item(0, "two", 2, "maybe"), Item(1, "one", 1, "yes"), Item(2, "old", 0, "yes")]
+    with pytest.raises(InvalidInput) as err:
+        _check("demo", items, found, Normaliser(), None)
+    assert [(f.code, f.field, f.message) for f in err.value.faults] == [
+        ("unknown_row", "outcomes[0].row", "request 'two' has 2 row(s): 0 to 1"),
+        ("unknown_row", "outcomes[1].row", "request 'one' has 1 row(s): 0 only"),
+        (
+            "not_scorable",
+            "outcomes[2].request_id",
+            "this prediction was audited by a release that did not keep the experts' own "
+            "outputs, so its outcome cannot be scored",
+        ),
+    ]
