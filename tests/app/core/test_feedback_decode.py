@@ -4,6 +4,7 @@ how an outcome names its poster; no trail needed."""
 from __future__ import annotations
 
 from collections import OrderedDict
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -22,6 +23,8 @@ from app.core.feedback import (
     poster_of,
 )
 from app.errors import Archived, Fault, InvalidInput, OutcomeConflict, TooManyRows
+from tests.support.bundles import Bundles, make_settings
+from tests.support.harness import AsgiHarness
 
 
 def faults_of(body: Any, max_rows: int = 100) -> list[tuple[str, str]]:
@@ -192,3 +195,18 @@ def test_rows_a_record_lacks_and_records_that_cannot_be_scored_are_named() -> No
             "outputs, so its outcome cannot be scored",
         ),
     ]
+
+
+def test_feedback_keys_alone_name_the_poster(bundles: Bundles, tmp_path: Path) -> None:
+    """Only the feedback route takes keys: its outcomes still name their poster."""
+    settings = make_settings(bundles.store, tmp_path, feedback_keys="feeder-key-0123456789")
+    with AsgiHarness(settings) as app:
+        r = app.post("/predict", json={"instances": bundles.demo.instances([0])},
+                     headers={"X-Request-ID": "fk-1"})  # fmt: skip
+        assert r.status_code == 200, r.text
+        label = r.json()["predictions"][0]["prediction"]["label"]
+        body = {"outcomes": [{"request_id": "fk-1", "outcome": label}]}
+        done = app.post("/feedback", json=body, headers={"X-API-Key": "feeder-key-0123456789"})
+    assert done.status_code == 200, done.text
+    assert done.json()["poster"] == poster_of(app.service.require_store().chain_key,
+                                              "feeder-key-0123456789")  # fmt: skip
