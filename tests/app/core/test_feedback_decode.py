@@ -182,7 +182,7 @@ def _served(rid: str, n: int, outputs: bytes | None = b"kept") -> Served:
 def test_rows_a_record_lacks_and_records_that_cannot_be_scored_are_named() -> None:
     found = Found(records={"two": _served("two", 2), "one": _served("one", 1),
                            "old": _served("old", 1, None)})  # fmt: skip
-    items = [Item(0, "two", 2, "maybe"), Item(1, "one", 1, "yes"), Item(2, "old", 0, "yes")]
+    items = [Item(0, "two", 2, "maybe"), Item(1, "one", 1, "yes"), Item(2, "old", 0, "maybe")]
     with pytest.raises(InvalidInput) as err:
         _check("demo", items, found, Normaliser(), None)
     assert [(f.code, f.field, f.message) for f in err.value.faults] == [
