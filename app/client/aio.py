@@ -107,8 +107,18 @@ class AsyncClient(ClientBase):
         since: datetime | str | None = None,
         until: datetime | str | None = None,
         version: str | None = None,
+        exclude_poster: Iterable[str] | None = None,
+        buckets: int | None = None,
     ) -> results.Performance:
-        return await self._run(self._calls.performance(since=since, until=until, version=version))
+        return await self._run(
+            self._calls.performance(
+                since=since,
+                until=until,
+                version=version,
+                exclude_poster=exclude_poster,
+                buckets=buckets,
+            )
+        )
 
     @overload
     async def weights(self, *, request_id: str) -> results.AuditRecord: ...

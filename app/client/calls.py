@@ -48,6 +48,21 @@ def _text(value: Any, name: str) -> str:
     raise TypeError(f"{name}: cannot send a {type(value).__name__} as a query value: {value!r}")
 
 
+def poster_list(posters: Iterable[str] | None) -> str:
+    """``exclude_poster``'s value: the posters (as ``Performance.posters`` names them)
+    joined by commas, as the server reads them; empty for none."""
+    if posters is None:
+        return ""
+    names = [posters] if isinstance(posters, str) else list(posters)
+    bad = [p for p in names if not isinstance(p, str) or not p or "," in p]
+    if bad:
+        raise ValueError(
+            f"exclude_poster: expected posters as Performance.posters names them "
+            f"(key: and 12 hex digits, or anonymous), got {bad[0]!r}"
+        )
+    return ",".join(names)
+
+
 def rows_list(rows: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
     if isinstance(rows, (str, bytes, Mapping)) or hasattr(rows, "columns"):
         raise TypeError(
@@ -148,11 +163,16 @@ class Requests:
         since: datetime | str | None = None,
         until: datetime | str | None = None,
         version: str | None = None,
+        exclude_poster: Iterable[str] | None = None,
+        buckets: int | None = None,
     ) -> Call[results.Performance]:
-        given = {"since": since, "until": until, "version": version}
-        params = tuple((k, _text(v, k)) for k, v in given.items() if v is not None)
+        given = {"since": since, "until": until, "version": version, "buckets": buckets}
+        params = [(k, _text(v, k)) for k, v in given.items() if v is not None]
+        posters = poster_list(exclude_poster)
+        if posters:
+            params.append(("exclude_poster", posters))
         key = self.auditor_key or self.api_key
-        return Call("GET", "/performance", results.performance, params=params,
+        return Call("GET", "/performance", results.performance, params=tuple(params),
                     headers=self._auth(key))  # fmt: skip
 
     def models(self) -> Call[results.ModelInfo]:

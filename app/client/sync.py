@@ -117,11 +117,23 @@ class Client(ClientBase):
         since: datetime | str | None = None,
         until: datetime | str | None = None,
         version: str | None = None,
+        exclude_poster: Iterable[str] | None = None,
+        buckets: int | None = None,
     ) -> results.Performance:
         """Realised scores over the rows with outcomes served between ``since`` and
         ``until`` (by ``version``): the mixture's, each expert's, the best expert in
-        hindsight and the regret, trust calibration and time buckets."""
-        return self._run(self._calls.performance(since=since, until=until, version=version))
+        hindsight and the regret, trust calibration and ``buckets`` time buckets; less
+        the outcomes of the posters in ``exclude_poster`` (as ``Performance.posters``
+        names them: ``key:`` and 12 hex digits, or ``anonymous``)."""
+        return self._run(
+            self._calls.performance(
+                since=since,
+                until=until,
+                version=version,
+                exclude_poster=exclude_poster,
+                buckets=buckets,
+            )
+        )
 
     @overload
     def weights(self, *, request_id: str) -> results.AuditRecord: ...

@@ -111,3 +111,37 @@ def test_keys_go_to_the_routes_that_take_them(serve: Serve, bundles: Bundles) ->
     with Client(url, api_key="api") as client, pytest.raises(ClientError) as err:
         client.feedback([("client-keys", 0, labels[0])])
     assert err.value.status == 403
+
+
+def test_performance_leaves_out_the_posters_named(serve: Serve, bundles: Bundles) -> None:
+    """Two feedback keys post one row each; leaving one poster out leaves its row out,
+    leaving both out leaves none, on the sync and the async client alike."""
+    url = serve("demo", IABMA_API_KEYS="api", IABMA_FEEDBACK_KEYS="fb-one,fb-two").base_url
+    with Client(url, api_key="api") as plain:
+        labels = predicted(plain, bundles, "client-posters", 2)
+    posters = []
+    for row, key in enumerate(("fb-one", "fb-two")):
+        with Client(url, api_key="api", feedback_key=key) as client:
+            done = client.feedback([("client-posters", row, labels[row])])
+        assert done.accepted == 1 and done.poster is not None
+        posters.append(done.poster)
+    one, two = posters
+    with Client(url, api_key="api") as client:
+        assert client.performance().posters == {one: 1, two: 1}
+        left = client.performance(exclude_poster=[one])
+        assert (left.rows, dict(left.posters)) == (1, {two: 1})
+        assert left.filter["exclude_poster"] == [one]
+        assert client.performance(exclude_poster=one).posters == {two: 1}
+        assert client.performance(exclude_poster=[]).rows == 2  # an empty list leaves none out
+        with pytest.raises(InvalidInput) as err:
+            client.performance(exclude_poster=["fb-one"])  # a key is not a poster's name
+        assert err.value.field == "exclude_poster"
+        with pytest.raises(ValueError, match="exclude_poster"):
+            client.performance(exclude_poster=[f"{one},{two}"])
+
+    async def main() -> Performance:
+        async with AsyncClient(url, api_key="api") as client:
+            return await client.performance(exclude_poster=(one, two), buckets=3)
+
+    both = asyncio.run(main())
+    assert (both.rows, both.filter["buckets"]) == (0, 3)
