@@ -1,9 +1,7 @@
 """``iabma audit-archive --delete``: removing what :mod:`app.audit.archive` wrote and
 checked, in batches, each request id noted for the 410 of ``GET /weights`` and ``POST
-/feedback``, each record's outcomes with it. An outcome posted after the archive was
-written (its id past the archive's ``through_id``) is deleted with its record too, and
-counted: left behind, it would keep the request id's rows, so that a new record under that
-id would find them taken (its own outcomes refused as conflicts or counted as duplicates).
+/feedback``, each record's outcomes with it (those the archive wrote: an outcome posted
+since stays, and ``iabma refit`` leaves it out).
 
 No record crosses into Python: each batch, oldest first, is picked, noted and deleted by
 the database (fetched, noted and deleted one by one, 500,000 records took 3 s on SQLite and
@@ -42,24 +40,18 @@ def delete_archived(
     before_us: int,
     ends: dict[int, tuple[int, bytes]],
     outcomes_through: int = 0,
-    late: list[int] | None = None,
 ) -> int:
     """Remove what :func:`write` archived: the cuts first, then, batch by batch, a note of
-    each request id (for the 410), the records' outcomes and the records; then their
-    links, and the outcome links no outcome names any more. The records deleted are
-    returned; the outcomes among theirs posted after the archive's (past the id
-    ``outcomes_through``) are appended to ``late``, per batch."""
+    each request id (for the 410), the records' outcomes (those up to the id
+    ``outcomes_through``, the archive's) and the records; then their links, and the
+    outcome links no outcome names any more."""
     if not ends:
         return 0
     _write_cuts(engine, key, ends, before_us)
     dialect = engine.dialect.name
     batch, day = DELETE_BATCH.get(dialect, 5_000), _DAY_SQL[dialect]
     log, notes = records.name, archived.name
-    theirs = f"DELETE FROM {outcomes.name} WHERE record_id IN"
-    after = (
-        f"SELECT count(*) FROM {outcomes.name} WHERE id > {int(outcomes_through)} AND record_id IN"
-    )
-    late = [] if late is None else late
+    theirs = f"DELETE FROM {outcomes.name} WHERE id <= {int(outcomes_through)} AND record_id IN"
     where = f"created_us < {int(before_us)} AND {covered_sql(ends)}"
     done = 0
     if dialect == "postgresql":
@@ -71,8 +63,6 @@ def delete_archived(
                 end = range_end(conn, records, [text(where)], c.created_us, low, batch)
                 span = "" if low is None else f" AND created_us >= {int(low)}"
                 span += "" if end is None else f" AND created_us < {int(end)}"
-                picked = f"SELECT id FROM {log} WHERE {where}{span}"
-                late.append(int(conn.exec_driver_sql(f"{after} ({picked})").scalar() or 0))
                 done += conn.exec_driver_sql(
                     f"WITH gone AS (DELETE FROM {log} WHERE {where}{span} "
                     "RETURNING id, request_id, created_us), "
@@ -92,7 +82,6 @@ def delete_archived(
                     f"INSERT INTO {notes} (request_id, day) SELECT request_id, {day} "
                     f"FROM {log} WHERE id IN ({pick})"
                 )
-                late.append(int(conn.exec_driver_sql(f"{after} ({pick})").scalar() or 0))
                 conn.exec_driver_sql(f"{theirs} ({pick})")
                 n = conn.exec_driver_sql(f"DELETE FROM {log} WHERE id IN ({pick})").rowcount
             done += n

@@ -75,15 +75,9 @@ def run(args: argparse.Namespace) -> int:
         if code != 0 or not args.delete:
             return code
         t1 = time.perf_counter()
-        late: list[int] = []
-        gone = archive.delete_archived(engine, key, before, ends, written.outcomes_through, late)
+        gone = archive.delete_archived(engine, key, before, ends, written.outcomes_through)
         took = time.perf_counter() - t1
         print(f"deleted {gone:,} archived records from the trail in {took:.1f} s")
-        if sum(late):
-            print(
-                f"deleted {sum(late):,} outcomes of theirs posted after the archive was "
-                "written: they are in neither the archive nor the trail"
-            )
         return 0 if gone == written.records else 1
     finally:
         engine.dispose()
