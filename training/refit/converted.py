@@ -48,7 +48,7 @@ def converted_expert(
         n_classes = len(classes or [])
         built = OnnxExpertModel(expert, manifest.task, n_classes, schema, classes=classes)
     except ParameterError as exc:
-        raise ParameterError("--add-expert", text, exc.problem) from None
+        raise ParameterError("--add-expert", text, _why(exc)) from None
 
     def check(columns: Columns) -> None:
         """Refuse a conversion that disagrees with the model on the refit's rows."""
@@ -60,7 +60,13 @@ def converted_expert(
                 expert, manifest.task, n_classes, schema, classes=classes, check_rows=sample
             )
         except ParameterError as exc:
-            raise ParameterError("--add-expert", text, exc.problem) from None
+            raise ParameterError("--add-expert", text, _why(exc)) from None
 
     graph = onnx.load_from_string(built.graph.data)
     return Converted(graph, built.graph.output, source, check)
+
+
+def _why(exc: ParameterError) -> str:
+    """The source's own fault, with what it named, cut to keep the line short."""
+    said = str(exc)
+    return "cannot join: " + (said if len(said) <= 300 else said[:297] + "...")

@@ -223,8 +223,8 @@ HAND = {
         (["--add-expert", "=x.onnx"], "--add-expert='=x.onnx' must be NAME=SOURCE"),
         (["--add-expert", "g/b=x.onnx"], "--add-expert='g/b=x.onnx' expert name"),
         (["--add-expert", "gbm=nowhere.onnx"], "'gbm=nowhere.onnx' is not an existing file"),
-        (["--add-expert", "gbm=model.pkl"], "'gbm=model.pkl' must name an .onnx file"),
-        (["--add-expert", "gbm={wide}"], "reads inputs ['input'] that are not features"),
+        (["--add-expert", "gbm=model.pkl"], "source='model.pkl' is not an existing file"),
+        (["--add-expert", "gbm={wide}"], "expert 'gbm' takes 7 in its one tensor input"),
         (["--add-expert", "gbm={late}"], "(opset 21) cannot be brought to opset 17"),
         (["--add-expert", "gbm={infinite}"], "gives non-finite outputs on 292 of 292"),
         (["--add-expert", "gbm={text}"], "reads 'age' as text, and the bundle's column is numeric"),
@@ -255,10 +255,11 @@ def test_bad_expert_and_poster_options_are_one_line_naming_them(
     from skl2onnx.common.data_types import FloatTensorType
     from sklearn.linear_model import LinearRegression
 
-    wide = tmp_path / "wide.onnx"  # one (n, 10) tensor, as skl2onnx writes by default
-    X = np.random.default_rng(0).normal(size=(30, 10))
+    # One (n, 7) tensor, as skl2onnx writes by default: the bundle has 10 columns.
+    wide = tmp_path / "wide.onnx"
+    X = np.random.default_rng(0).normal(size=(30, 7))
     model = LinearRegression().fit(X, X.sum(axis=1))
-    onx = convert_sklearn(model, initial_types=[("input", FloatTensorType([None, 10]))])
+    onx = convert_sklearn(model, initial_types=[("input", FloatTensorType([None, 7]))])
     wide.write_bytes(onx.SerializeToString())
     hand = {}
     for key, graph in HAND.items():
