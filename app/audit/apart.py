@@ -1,21 +1,7 @@
-"""A group commit where one record's fault fails that record alone.
-
-A group is one statement (:mod:`app.audit.bulk`), so a row the database refuses (a request
-id its model's records hold already, a value out of a column's range) would fail every
-request of the group. Such a fault is the row's, not the database's: the statement wrote
-nothing, the connection and its chain go on, and the group is written again without it.
-
-- A request id already in the group, or in the trail for its model, is refused before
-  or after one failed attempt: the records holding it are looked up (one query).
-- Any other fault of a row is found by halving: the half that fails is split again, so
-  one bad row of 32 costs 11 attempts, of which 5 commit.
-- If no row could be written and none was a duplicate, the fault is the database's (a
-  trigger, a constraint on every row): it is raised, and the whole group fails, as it
-  would without this module.
-
-On PostgreSQL every attempt inserts its rows in key order: two replicas writing the same
-two ids in opposite order would otherwise each wait for the other's row, until the
-deadlock detector fails one after a second (docs/design.md, "Audit trail").
+"""A group commit where one record's fault fails that record alone: duplicate request ids
+are looked up and refused, any other row fault is found by halving the group, and a fault
+of the database itself still fails the whole group. On PostgreSQL each attempt inserts in
+key order. Why and what it costs: docs/design.md, "Audit trail".
 """
 
 from __future__ import annotations
