@@ -192,7 +192,7 @@ class PriorSpec(_Strict):
 class WeightHistogram(_Strict):
     """How the gate's weights fell on its training rows: per expert, its rows in each bin
     of ``edges`` (``[e_k, e_{k+1})``, the last bin closed). The server compares the weights
-    it serves with it (:mod:`app.bundle.drift`)."""
+    it serves with it (:mod:`app.bundle.weight_bins`)."""
 
     edges: list[float]
     counts: dict[str, list[int]]

@@ -3,7 +3,7 @@
 Names follow Prometheus conventions (``_total``, ``_seconds``) and every ``iabma_*``
 series carries ``model_name`` and ``model_version``. Updates are buffered per process
 (:mod:`app.metrics.buffer`) and written into prometheus_client's multiprocess files
-(:mod:`app.metrics.store`); any worker's ``/metrics`` adds up every worker's files. The
+(:mod:`app.metrics.multiprocess`); any worker's ``/metrics`` adds up every worker's files. The
 exposition adds ``process_*`` per live worker (``pid`` label), ``python_gc_*`` summed
 over workers, and ``python_info``.
 """
@@ -33,7 +33,7 @@ from app.metrics.families import (
     WEIGHT_BUCKETS,
     families,
 )
-from app.metrics.store import multiprocess_dir
+from app.metrics.multiprocess import multiprocess_dir
 from app.metrics.workers import WorkerProcessCollector
 
 FLUSH_SECONDS = 1.0

@@ -1,7 +1,7 @@
 """Drift without labels: the gate's served weights over a sliding window, against the
 weights it gave its training rows.
 
-Each worker counts the weights it serves per expert and bin (:mod:`app.bundle.drift`) in
+Each worker counts the weights it serves per expert and bin (:mod:`app.bundle.weight_bins`) in
 slices of time and, at every flush, shares the counts of the slices still inside the
 window as ``iabma_weight_window_rows`` (summed over live workers). A scrape adds them up
 and gives each expert's population stability index against the bundle's training
@@ -19,8 +19,8 @@ from typing import Any
 
 import numpy as np
 
-from app.bundle.drift import psi, weight_counts
 from app.bundle.manifest import WeightHistogram
+from app.bundle.weight_bins import psi, weight_counts
 from app.metrics.buffer import GaugeBuffer, Labels
 
 SLICES = 60  # a window is this many slices; the oldest drops out as a new one starts

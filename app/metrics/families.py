@@ -48,7 +48,7 @@ class Families:
 
 @cache
 def families() -> Families:
-    """Build the families; call :func:`app.metrics.store.multiprocess_dir` first."""
+    """Build the families; call :func:`app.metrics.multiprocess.multiprocess_dir` first."""
     import prometheus_client
 
     make = _Maker(prometheus_client)

@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from app.metrics.store import alive, pids_in
+from app.metrics.multiprocess import alive, pids_in
 
 
 class WorkerProcessCollector:

@@ -44,7 +44,7 @@ def ours_command(s: OursSettings, port: int) -> tuple[list[str], dict[str, str]]
         "--workers",
         str(s.workers),
     ]
-    # Each server keeps its metrics in a directory of its own (app/metrics/store.py).
+    # Each server keeps its metrics in a directory of its own (app/metrics/multiprocess.py).
     env = {
         k: v
         for k, v in os.environ.items()

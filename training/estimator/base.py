@@ -23,9 +23,9 @@ import pandas as pd
 from sklearn.base import BaseEstimator, clone
 
 from app.bundle.columns import Columns
-from app.bundle.drift import weight_counts
 from app.bundle.normalise import Normaliser, rule_for
 from app.bundle.prior import expert_energy, prior_from_energy
+from app.bundle.weight_bins import weight_counts
 from training.combiners.base import Combiner
 from training.combiners.iabma_gate import IABMAGate
 from training.combiners.registry import make_combiner

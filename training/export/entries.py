@@ -6,7 +6,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from app.bundle.drift import WEIGHT_EDGES
 from app.bundle.loader import sha256_file
 from app.bundle.manifest import (
     ExpertEntry,
@@ -16,6 +15,7 @@ from app.bundle.manifest import (
     TargetSpec,
     WeightHistogram,
 )
+from app.bundle.weight_bins import WEIGHT_EDGES
 from training.combiners.iabma_gate import IABMAGate
 from training.estimator import IABMAClassifier, IABMARegressor
 from training.experts.spec import Expert

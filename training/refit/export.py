@@ -20,10 +20,10 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 
-from app.bundle.drift import WEIGHT_EDGES, weight_counts
 from app.bundle.loader import sha256_file
 from app.bundle.manifest import ExpertEntry, GateEntry, MixtureSpec, PriorSpec, WeightHistogram
 from app.bundle.mixture import mix_classification
+from app.bundle.weight_bins import WEIGHT_EDGES, weight_counts
 from training.combiners.base import Combiner
 from training.combiners.iabma_gate import IABMAGate
 from training.errors import ExportError

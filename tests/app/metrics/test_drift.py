@@ -8,8 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from app.bundle.drift import WEIGHT_EDGES, psi, weight_counts
 from app.bundle.manifest import WeightHistogram
+from app.bundle.weight_bins import WEIGHT_EDGES, psi, weight_counts
 from app.metrics.drift import SLICES, WeightWindow
 from tests.support.bundles import Bundles, make_settings
 from tests.support.harness import AsgiHarness

@@ -22,7 +22,7 @@ import pytest
 
 from app.metrics import FLUSH_SECONDS, ServiceMetrics
 from app.metrics.buffer import HistogramBuffer
-from app.metrics.store import server_dir, sweep_stale_dirs
+from app.metrics.multiprocess import server_dir, sweep_stale_dirs
 from tests.support.bundles import Bundles, make_settings
 from tests.support.harness import AsgiHarness, UvicornHarness, UvicornProcess, harness
 from tests.support.metrics import parse, scrape, value

@@ -9,9 +9,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from app.bundle.drift import WEIGHT_EDGES, weight_counts
 from app.bundle.loader import BundleError, open_bundle, read_manifest, resolve_version
 from app.bundle.predictor import BundlePredictor
+from app.bundle.weight_bins import WEIGHT_EDGES, weight_counts
 from training.errors import ParameterError
 from training.export.bundle import export_bundle
 
