@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING, Any
 from fastapi import FastAPI
 from starlette.types import Receive, Scope, Send
 
-from app.audit import checkpointer
-from app.audit.records import now_us
+from app.audit.check import checkpointer
+from app.audit.store.records import now_us
 from app.core.access import KeyRing, Role
 from app.core.drain import install_drain_hook
 from app.core.logs import setup_logging

@@ -1,6 +1,6 @@
 """What one group commit of the audit writer costs, in process: the rows built from the
-records (:func:`app.audit.rows.log_rows`) and written with their chain link
-(:meth:`app.audit.store.AuditStore.insert_rows`), on SQLite and PostgreSQL.
+records (:func:`app.audit.write.group_rows.log_rows`) and written with their chain link
+(:meth:`app.audit.write.trail_db.AuditStore.insert_rows`), on SQLite and PostgreSQL.
 
 Single-row records of a five-expert classifier under the server's own ids, in groups of
 1, 8 and 32, as the writer commits them under load. Sizes and trails take turns within
@@ -34,10 +34,10 @@ if str(REPO) not in sys.path:
 
 import numpy as np  # noqa: E402
 
-from app.audit.chain import chain_key  # noqa: E402
-from app.audit.records import AuditRecord, now_us  # noqa: E402
-from app.audit.rows import log_rows  # noqa: E402
-from app.audit.store import AuditStore  # noqa: E402
+from app.audit.store.chain import chain_key  # noqa: E402
+from app.audit.store.records import AuditRecord, now_us  # noqa: E402
+from app.audit.write.group_rows import log_rows  # noqa: E402
+from app.audit.write.trail_db import AuditStore  # noqa: E402
 from app.core.context import new_request_id  # noqa: E402
 from bench.peers.postgres import fresh_schema  # noqa: E402
 from bench.speed.report import write_results  # noqa: E402

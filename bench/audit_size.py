@@ -32,11 +32,11 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from app.audit import archive  # noqa: E402
-from app.audit.chain import chain_key  # noqa: E402
-from app.audit.engine import make_engine  # noqa: E402
-from app.audit.retention import prune  # noqa: E402
-from app.audit.verify import verify  # noqa: E402
+from app.audit.check.verify import verify  # noqa: E402
+from app.audit.lifecycle import archive  # noqa: E402
+from app.audit.lifecycle.retention import prune  # noqa: E402
+from app.audit.store.chain import chain_key  # noqa: E402
+from app.audit.store.engine import make_engine  # noqa: E402
 from bench.peers.postgres import _connect, fresh_schema  # noqa: E402
 from bench.speed.bundles import ensure_bundle  # noqa: E402
 from bench.speed.report import write_results  # noqa: E402

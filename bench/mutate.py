@@ -25,11 +25,11 @@ from bench.mutation.runner import run  # noqa: E402
 # Per module: its tests, and options that keep the run bounded (SQLite trails only: the
 # PostgreSQL variants run the same code of these modules).
 PRESETS: dict[str, tuple[str, list[str]]] = {
-    "chain": ("app.audit.chain", [
-        "tests/app/audit/test_chain_bytes.py", "tests/app/audit/test_verify.py",
+    "chain": ("app.audit.store.chain", [
+        "tests/app/audit/store/test_chain_bytes.py", "tests/app/audit/check/test_verify.py",
     ]),
-    "verify": ("app.audit.verify", [
-        "tests/app/audit/test_verify_walk.py", "tests/app/audit/test_verify.py",
+    "verify": ("app.audit.check.verify", [
+        "tests/app/audit/check/test_verify_walk.py", "tests/app/audit/check/test_verify.py",
         "tests/app/cli/test_audit_verify.py",
     ]),
     "loader": ("app.bundle.loader", [

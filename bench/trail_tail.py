@@ -50,10 +50,10 @@ BURST_MB = 300
 
 def part(kind: str, url: str) -> dict[str, float]:
     """One control, run in the mover's place (``--part``)."""
-    from app.audit import archive
-    from app.audit.chain import chain_key
-    from app.audit.engine import make_engine
-    from app.audit.retention import prune
+    from app.audit.lifecycle import archive
+    from app.audit.lifecycle.retention import prune
+    from app.audit.store.chain import chain_key
+    from app.audit.store.engine import make_engine
 
     t0 = time.perf_counter()
     if kind == "cpu":

@@ -45,7 +45,7 @@ def _report(report: Any, what: str, seconds: float) -> int:
 
 def run(args: argparse.Namespace) -> int:
     try:
-        from app.audit import archive
+        from app.audit.lifecycle import archive
     except ModuleNotFoundError as exc:  # pyarrow or an ADBC driver: the `archive` extra
         raise CommandError(
             f"needs the `archive` extra ({exc.name} is not installed): pip install 'iabma[archive]'"

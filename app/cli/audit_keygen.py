@@ -30,7 +30,7 @@ def run(args: argparse.Namespace) -> int:
     from cryptography.hazmat.primitives import serialization
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-    from app.audit.checkpoints import key_id
+    from app.audit.check.checkpoints import key_id
 
     private: Path = args.out
     public = private.with_name(private.name + ".pub")

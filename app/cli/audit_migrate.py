@@ -34,9 +34,9 @@ def add_parser(sub: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     from sqlalchemy import text
 
-    from app.audit.migrate import OLD, found_schema, migrate, unkeyed
-    from app.audit.tables import SCHEMA_VERSION
-    from app.audit.upgrade import upgrade
+    from app.audit.lifecycle.migrate import OLD, found_schema, migrate, unkeyed
+    from app.audit.lifecycle.upgrade import upgrade
+    from app.audit.store.tables import SCHEMA_VERSION
     from app.cli.progress import ProgressBar
 
     engine, key = open_trail(args.audit_url)

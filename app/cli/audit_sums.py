@@ -37,10 +37,10 @@ def add_parser(sub: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     from sqlalchemy import func, inspect, select
 
-    from app.audit import reading, rollup
-    from app.audit.records import iso_from_us, now_us
-    from app.audit.store import AuditStore
-    from app.audit.tables import records
+    from app.audit.read import reading, rollup
+    from app.audit.store.records import iso_from_us, now_us
+    from app.audit.store.tables import records
+    from app.audit.write.trail_db import AuditStore
     from app.settings import SettingsError, load_settings
 
     try:

@@ -69,8 +69,8 @@ def parse_time(option: str, text: str) -> int:
 
 def trail_key(audit_url: str | None) -> tuple[Any, bytes]:
     """The settings for the option (or IABMA_AUDIT_URL), and the trail's chain key."""
-    from app.audit.chain import chain_key
-    from app.audit.hashkey import audit_hash_key
+    from app.audit.store.chain import chain_key
+    from app.audit.store.hashkey import audit_hash_key
     from app.errors import StartupRefused
     from app.settings import SettingsError, load_settings
 
@@ -85,7 +85,7 @@ def trail_key(audit_url: str | None) -> tuple[Any, bytes]:
 
 def open_trail(audit_url: str | None, mover: bool = False) -> tuple[Any, bytes]:
     """The trail's engine and its chain key, from the option or IABMA_AUDIT_URL
-    (``mover``: for deleting, :func:`app.audit.engine.make_engine` says why)."""
+    (``mover``: for deleting, :func:`app.audit.store.engine.make_engine` says why)."""
     settings, key = trail_key(audit_url)
     return _engine(audit_url, settings, mover), key
 
@@ -93,8 +93,8 @@ def open_trail(audit_url: str | None, mover: bool = False) -> tuple[Any, bytes]:
 def _engine(audit_url: str | None, settings: Any, mover: bool = False) -> Any:
     from sqlalchemy import inspect
 
-    from app.audit.engine import make_engine
-    from app.audit.tables import records
+    from app.audit.store.engine import make_engine
+    from app.audit.store.tables import records
 
     engine = make_engine(settings.audit_url, settings.audit_timeout_seconds, mover)
     if not inspect(engine).has_table(records.name):
@@ -105,7 +105,7 @@ def _engine(audit_url: str | None, settings: Any, mover: bool = False) -> Any:
 
 
 def _public_keys(args: argparse.Namespace) -> list[Any]:
-    from app.audit.checkpoints import public_key
+    from app.audit.check.checkpoints import public_key
 
     if bool(args.checkpoints) != bool(args.public_key):
         given, missing = (
@@ -129,9 +129,9 @@ def _public_keys(args: argparse.Namespace) -> list[Any]:
 def run(args: argparse.Namespace) -> int:
     from sqlalchemy import func, select
 
-    from app.audit import checkpoints
-    from app.audit.tables import records
-    from app.audit.verify import Report, verify
+    from app.audit.check import checkpoints
+    from app.audit.check.verify import Report, verify
+    from app.audit.store.tables import records
     from app.cli.progress import ProgressBar
     from app.settings import SettingsError, load_settings
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from app.audit.records import UNCERTAINTY
+from app.audit.store.records import UNCERTAINTY
 from app.core.inputs import query_row
 from app.core.plane import check_finite
 from app.core.runtime import LoadedModel

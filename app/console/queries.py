@@ -19,10 +19,10 @@ from typing import Any
 import numpy as np
 from sqlalchemy import func, select
 
-from app.audit import reading, rollup
-from app.audit.records import iso_from_us
-from app.audit.store import AuditStore, RecordFilter
-from app.audit.tables import records
+from app.audit.read import reading, rollup
+from app.audit.store.records import iso_from_us
+from app.audit.store.tables import records
+from app.audit.write.trail_db import AuditStore, RecordFilter
 
 MAX_BUCKETS = 24
 

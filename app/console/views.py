@@ -12,7 +12,7 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from app.audit.store import RecordFilter, decode_cursor
+from app.audit.write.trail_db import RecordFilter, decode_cursor
 from app.bundle.manifest import check_safe_name
 from app.console import charts, queries
 from app.console.versions import stored_versions

@@ -4,7 +4,7 @@ The body's keys and defaults are the contract's (:mod:`app.contract.feedback`). 
 nothing: every fault is reported, named ``outcomes[i].<field>``, and nothing is stored. A
 request id names one audit record of the model (an id an older trail holds twice names
 none: 409; an archived one answers 410); an outcome is read as that record's task says
-(:mod:`app.core.outcomes`) and scored against what was served (:mod:`app.audit.scores`).
+(:mod:`app.core.outcomes`) and scored against what was served (:mod:`app.audit.read.scores`).
 The store says which rows had the outcome already (duplicates) or another one (a 409).
 Each outcome keeps who posted it (:func:`poster_of`) and when.
 """
@@ -18,9 +18,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from app.audit import outcomes, scores
-from app.audit.records import now_us
-from app.audit.store import AuditStore
+from app.audit.read import scores
+from app.audit.store.records import now_us
+from app.audit.write import outcome_rows
+from app.audit.write.trail_db import AuditStore
 from app.bundle.normalise import Normaliser
 from app.contract.feedback import FEEDBACK_KEYS, OUTCOME_DEFAULTS, OUTCOME_KEYS, OUTCOME_REQUIRED
 from app.contract.request import REQUEST_ID
@@ -152,16 +153,16 @@ def ingest(
 ) -> Ingested:
     """Check ``items`` against their records, score them and store them (blocking)."""
     engine = store.engine
-    found = outcomes.served(engine, store.versions, model, [i.request_id for i in items])
+    found = outcome_rows.served(engine, store.versions, model, [i.request_id for i in items])
     kept, repeats = _check(model, items, found, rule, bounds)
     records = found.records
     rows = [(records[i.request_id], i.row, value) for i, value, _ in kept]
     scored = scores.score(rows)
-    batch: list[outcomes.NewOutcome | None] = [None] * len(kept)
+    batch: list[outcome_rows.NewOutcome | None] = [None] * len(kept)
     for group in scored:
         for k, pick in enumerate(group.picks):
             item, _, text = kept[pick]
-            batch[pick] = outcomes.NewOutcome(
+            batch[pick] = outcome_rows.NewOutcome(
                 item.request_id,
                 item.row,
                 text,
@@ -170,7 +171,7 @@ def ingest(
                 group.scores[k].tobytes(),
             )
     full = [b for b in batch if b is not None]
-    stored = outcomes.store(
+    stored = outcome_rows.store(
         engine, model, full, now_us(), store.outcome_growth, store.outcome_chains, poster
     )
     if stored.conflicts:
@@ -195,7 +196,7 @@ def ingest(
     return Ingested(scored, accepted, duplicates)
 
 
-def _unbound(model: str, item: Item, found: outcomes.Found) -> Fault | None:
+def _unbound(model: str, item: Item, found: outcome_rows.Found) -> Fault | None:
     """Why ``item``'s request id names no one record of ``model``, if it names none."""
     rid, where = item.request_id, _field(item.at, "request_id")
     if rid in found.ambiguous:
@@ -248,7 +249,7 @@ def _refuse(faults: list[Fault]) -> None:
 def _check(
     model: str,
     items: Sequence[Item],
-    found: outcomes.Found,
+    found: outcome_rows.Found,
     rule: Normaliser,
     bounds: OutcomeRange | None,
 ) -> tuple[list[tuple[Item, float, str]], dict[str, int]]:

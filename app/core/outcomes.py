@@ -16,7 +16,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from app.audit.scores import Served
+from app.audit.read.scores import Served
 from app.bundle.manifest import TargetSpec
 from app.bundle.normalise import CategoryMap, Normaliser, json_repr
 from app.core.inputs import NonFinite, json_type

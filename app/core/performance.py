@@ -3,14 +3,14 @@
 ``since`` and ``until`` (ISO-8601, naive is UTC; since inclusive, until exclusive) select
 rows by the time they were served, ``version`` by the version that served them, and
 ``exclude_poster`` (comma-separated, as ``posters`` lists them) leaves posters' outcomes
-out. Every figure is a mean of the rows' stored scores (:mod:`app.audit.scores`): the
+out. Every figure is a mean of the rows' stored scores (:mod:`app.audit.read.scores`): the
 mixture's, each expert's over the rows whose record had it, the best expert in hindsight
 (the lowest NLL among the experts of every row) and the mixture's regret against it,
 trust calibration (per expert and bin of its weight), and ``buckets`` time buckets (24
 by default). A stored row that no longer reads as the server wrote it (its scores not
 finite, or a regression outcome outside the model's range: rows stored before the range
 was checked) is left out and counted in ``excluded_rows``; an NLL counts at most
-:data:`~app.audit.scores.NLL_CAP`, as at ingest.
+:data:`~app.audit.read.scores.NLL_CAP`, as at ingest.
 """
 
 from __future__ import annotations
@@ -24,10 +24,10 @@ from typing import Any
 import numpy as np
 from sqlalchemy import Engine
 
-from app.audit import rollup
-from app.audit.outcome_filter import ANONYMOUS, OutcomeFilter, scored
-from app.audit.records import iso_from_us
-from app.audit.scores import KINDS, NLL_CAP
+from app.audit.read import rollup
+from app.audit.read.outcome_filter import ANONYMOUS, OutcomeFilter, scored
+from app.audit.read.scores import KINDS, NLL_CAP
+from app.audit.store.records import iso_from_us
 from app.bundle.manifest import check_safe_name
 from app.contract.performance import SCORES
 from app.core.outcomes import OutcomeRange, outcome_range

@@ -16,9 +16,9 @@ from typing import Any, TypeVar, cast
 
 from sqlalchemy.exc import SQLAlchemyError
 
-from app.audit.health import cause
-from app.audit.store import AuditStore
-from app.audit.writer import AuditWriter
+from app.audit.write.health import cause
+from app.audit.write.trail_db import AuditStore
+from app.audit.write.writer import AuditWriter
 from app.bundle.loader import BundleError
 from app.bundle.predictor import Prediction
 from app.core.access import KeyRing, Role
@@ -205,7 +205,7 @@ class Service:
         server bug, a 500) leaves its record in the trail."""
         committed, taken = self.submit_record(result, request, ctx)
         if taken is not None and committed is not None:
-            # Let the writer build its row first; see app.audit.writer.
+            # Let the writer build its row first; see app.audit.write.writer.
             await asyncio.wait((taken, committed), return_when=asyncio.FIRST_COMPLETED)
         try:
             content = encode()

@@ -13,14 +13,14 @@ from typing import Any
 
 import numpy as np
 
-from app.audit import retention
-from app.audit.chain import chain_key
-from app.audit.engine import SqliteInUse
-from app.audit.hashkey import audit_hash_key
-from app.audit.records import AuditRecord, now_us
-from app.audit.store import AuditStore
-from app.audit.tables import SchemaMismatch
-from app.audit.writer import AuditWriter
+from app.audit.lifecycle import retention
+from app.audit.store.chain import chain_key
+from app.audit.store.engine import SqliteInUse
+from app.audit.store.hashkey import audit_hash_key
+from app.audit.store.records import AuditRecord, now_us
+from app.audit.store.tables import SchemaMismatch
+from app.audit.write.trail_db import AuditStore
+from app.audit.write.writer import AuditWriter
 from app.core.context import RequestContext
 from app.core.plane import InferenceRequest, InferenceResult
 from app.errors import StartupRefused
@@ -46,7 +46,7 @@ async def open_trail(
 ) -> Trail:
     """Prepare the store and start its writer; a trail in use by another server, or of
     another schema, refuses the start."""
-    # The key hashes inputs (hash mode) and keys the chain of app.audit.chain.
+    # The key hashes inputs (hash mode) and keys the chain of app.audit.store.chain.
     key = audit_hash_key(settings)
     chain = chain_key(key)
     if not settings.audit_chain:

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from app.audit.store import RecordFilter, decode_cursor
+from app.audit.write.trail_db import RecordFilter, decode_cursor
 from app.core.context import REQUEST_ID
 from app.core.inputs import query_row
 from app.core.plane import check_finite

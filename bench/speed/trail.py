@@ -15,9 +15,9 @@ from typing import Any
 
 import numpy as np
 
-from app.audit.chain import chain_key
-from app.audit.records import AuditRecord, now_us
-from app.audit.store import AuditStore
+from app.audit.store.chain import chain_key
+from app.audit.store.records import AuditRecord, now_us
+from app.audit.write.trail_db import AuditStore
 from app.bundle.loader import open_bundle
 from app.bundle.predictor import BundlePredictor
 from bench.peers import procs

@@ -20,7 +20,7 @@ import httpx
 import pytest
 import sqlalchemy
 
-from app.audit.codec import unpack_request_id
+from app.audit.store.packing import unpack_request_id
 from tests.support.deploy import (
     NGINX_TEMPLATE,
     Processes,

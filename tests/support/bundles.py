@@ -77,7 +77,7 @@ AUDITED = ("prediction", "weights", "experts", "uncertainty")
 
 def assert_close(got: Any, want: Any, tol: float = 1e-6, at: str = "") -> None:
     """``got == want`` but for numbers, which may differ by ``tol``: the trail keeps its
-    arrays as float32 (app.audit.codec), within 1e-7 of the answers served."""
+    arrays as float32 (app.audit.store.packing), within 1e-7 of the answers served."""
     if isinstance(want, dict):
         assert isinstance(got, dict) and got.keys() == want.keys(), (at, got, want)
         for k in want:

@@ -18,7 +18,7 @@ import httpx
 import numpy as np
 import pytest
 
-from app.audit.records import AuditRecord, now_us
+from app.audit.store.records import AuditRecord, now_us
 
 # The machine's PostgreSQL: trust auth on loopback, started by .ci/run when it is down.
 PG_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"

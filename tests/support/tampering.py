@@ -9,10 +9,10 @@ from typing import Any
 
 import numpy as np
 
-from app.audit.chain import chain_key
-from app.audit.records import now_us
-from app.audit.store import AuditStore
-from app.audit.verify import Report, verify
+from app.audit.check.verify import Report, verify
+from app.audit.store.chain import chain_key
+from app.audit.store.records import now_us
+from app.audit.write.trail_db import AuditStore
 from tests.support.bundles import TEST_HASH_KEY, Bundles
 from tests.support.outcomes import serve_with_outcomes as served_with_outcomes
 from tests.support.services import make_record
@@ -72,7 +72,7 @@ def check(trail: Trail) -> Report:
 
 
 def _engine(trail: Trail) -> Any:
-    from app.audit.engine import make_engine
+    from app.audit.store.engine import make_engine
 
     return make_engine(trail.url, 10.0)
 

@@ -11,10 +11,10 @@ from typing import Any
 import numpy as np
 import psycopg
 
-from app.audit.codec import pack_request_id, unpack_request_id
-from app.audit.records import AuditRecord
-from app.audit.store import AuditStore
-from app.audit.writer import AuditWriter
+from app.audit.store.packing import pack_request_id, unpack_request_id
+from app.audit.store.records import AuditRecord
+from app.audit.write.trail_db import AuditStore
+from app.audit.write.writer import AuditWriter
 from app.metrics import ServiceMetrics
 from tests.support.services import PG_DSN, make_record, schema_of
 

@@ -111,7 +111,7 @@ def _add_expert_arguments(p: argparse.ArgumentParser) -> None:
 def _time_us(option: str, text: str | None) -> int | None:
     from datetime import UTC, datetime
 
-    from app.audit.records import _EPOCH
+    from app.audit.store.records import _EPOCH
     from training.errors import ParameterError
 
     if text is None:
@@ -151,8 +151,8 @@ def _gate_options(args: argparse.Namespace, manifest: Any) -> tuple[str, dict[st
 
 
 def _engine_and_key(args: argparse.Namespace, need_key: bool) -> tuple[Any, bytes | None]:
-    from app.audit.hashkey import audit_hash_key
-    from app.audit.store import AuditStore
+    from app.audit.store.hashkey import audit_hash_key
+    from app.audit.write.trail_db import AuditStore
     from app.errors import StartupRefused
     from app.settings import SettingsError, load_settings
     from training.errors import ParameterError
@@ -187,8 +187,8 @@ def _read(
     poster had, and the trail's key when a CSV is to be checked."""
     from sqlalchemy import inspect
 
-    from app.audit.labelled import labelled_rows
-    from app.audit.tables import outcomes
+    from app.audit.read.labelled import labelled_rows
+    from app.audit.store.tables import outcomes
     from training.errors import ParameterError
     from training.refit.data import excluded_rows
 

@@ -16,7 +16,7 @@ def print_start(
 ) -> None:
     """What is refitted (the version and its manifest), on which rows (how many, their
     data, the seconds they took to read), and with which settings."""
-    from app.audit.records import iso_from_us
+    from app.audit.store.records import iso_from_us
 
     source, manifest = version
     n_rows, data, read_s = read

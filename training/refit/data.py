@@ -19,9 +19,9 @@ import numpy as np
 import pandas as pd
 from sqlalchemy import Engine, exists, func, or_, select
 
-from app.audit.labelled import LabelledRow, RecordInput, input_hmac
-from app.audit.outcome_filter import ANONYMOUS, window
-from app.audit.tables import outcomes, records
+from app.audit.read.labelled import LabelledRow, RecordInput, input_hmac
+from app.audit.read.outcome_filter import ANONYMOUS, window
+from app.audit.store.tables import outcomes, records
 from app.bundle.manifest import Manifest
 from training.errors import IABMAError, ParameterError
 
@@ -66,7 +66,7 @@ def excluded_rows(
     posters: Sequence[str],
 ) -> dict[str, int]:
     """How many of the window's outcome rows each of ``posters`` posted: the rows
-    ``exclude_posters`` leaves out of :func:`~app.audit.labelled.labelled_rows` (which
+    ``exclude_posters`` leaves out of :func:`~app.audit.read.labelled.labelled_rows` (which
     reads only outcomes whose record is still in the trail, and so does this count)."""
     if not posters:
         return {}

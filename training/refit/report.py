@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from app.audit.records import iso_from_us
+from app.audit.store.records import iso_from_us
 from app.bundle.mixture import mix_classification, mix_regression
 from training.evaluate import comparison_verdict
 from training.metrics import classification_scores, regression_scores

@@ -47,7 +47,7 @@ _CAUSES = (
 
 
 def audit_unready(service: Service) -> str | None:
-    """Why the trail makes this replica unready (app.audit.health), or None: the
+    """Why the trail makes this replica unready (app.audit.write.health), or None: the
     database's own words, for the log."""
     writer = service.writer
     return writer.health.unready() if writer is not None else None

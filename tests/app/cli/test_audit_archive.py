@@ -13,13 +13,13 @@ import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 
-from app.audit.archive import day_of
-from app.audit.chain import chain_key
-from app.audit.engine import make_engine
-from app.audit.labelled import labelled_rows
-from app.audit.records import iso_from_us, now_us
-from app.audit.retention import DAY_US, prune
-from app.audit.store import AuditStore
+from app.audit.lifecycle.archive import day_of
+from app.audit.lifecycle.retention import DAY_US, prune
+from app.audit.read.labelled import labelled_rows
+from app.audit.store.chain import chain_key
+from app.audit.store.engine import make_engine
+from app.audit.store.records import iso_from_us, now_us
+from app.audit.write.trail_db import AuditStore
 from app.cli.main import main
 from app.errors import Archived
 from tests.support.bundles import TEST_HASH_KEY, Bundles, make_settings

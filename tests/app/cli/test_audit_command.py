@@ -9,9 +9,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from app.audit import rollup
-from app.audit.records import AuditRecord, now_us
-from app.audit.store import AuditStore, RecordFilter
+from app.audit.read import rollup
+from app.audit.store.records import AuditRecord, now_us
+from app.audit.write.trail_db import AuditStore, RecordFilter
 from app.cli.main import main
 from tests.support.services import make_record
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from app.audit.records import LOG_COLUMNS
+from app.audit.store.records import LOG_COLUMNS
 from app.cli.main import main
 from tests.support.bundles import TEST_HASH_KEY, Bundles, make_settings
 from tests.support.harness import AsgiHarness

@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 from pydantic import ValidationError
 
-from app.audit import rollup
-from app.audit.records import AuditRecord
-from app.audit.store import AuditStore, RecordFilter
+from app.audit.read import rollup
+from app.audit.store.records import AuditRecord
+from app.audit.write.trail_db import AuditStore, RecordFilter
 from app.bundle.loader import open_bundle
 from app.bundle.manifest import Manifest
 from app.bundle.predictor import BundlePredictor

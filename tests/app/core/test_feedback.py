@@ -225,7 +225,7 @@ def test_an_outcome_counts_in_the_metrics(serve: Serve, bundles: Bundles) -> Non
     assert grew("iabma_realised_nll_count", expert="_mixture") == 2
     p = [served[k]["prediction"]["probabilities"][label] for k, label in ((0, "1"), (1, "0"))]
     nll = -math.log(p[0]) - math.log(p[1])
-    # The trail keeps probabilities as float32 (app.audit.codec): log losses to 1e-6.
+    # The trail keeps probabilities as float32 (app.audit.store.packing): log losses to 1e-6.
     assert grew("iabma_realised_nll_sum", expert="_mixture") == pytest.approx(nll, abs=1e-6)
     q = [served[0]["experts"]["poly3"]["probabilities"]["1"],
          served[1]["experts"]["poly3"]["probabilities"]["0"]]  # fmt: skip

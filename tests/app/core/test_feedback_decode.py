@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from app.audit.outcomes import Found
-from app.audit.scores import Served
+from app.audit.read.scores import Served
+from app.audit.write.outcome_rows import Found
 from app.bundle.normalise import Normaliser
 from app.core.feedback import (
     MAX_FAULTS,

@@ -18,8 +18,8 @@ from typing import Any
 
 import pytest
 
-from app.audit.codec import pack_request_id
-from app.audit.store import AuditStore
+from app.audit.store.packing import pack_request_id
+from app.audit.write.trail_db import AuditStore
 from tests.support.bundles import TEST_HASH_KEY, Bundles, make_settings
 from tests.support.harness import AsgiHarness
 from tests.support.services import make_record

@@ -17,8 +17,8 @@ import httpx
 import numpy as np
 import pytest
 
-from app.audit.engine import make_engine
-from app.audit.labelled import labelled_rows
+from app.audit.read.labelled import labelled_rows
+from app.audit.store.engine import make_engine
 from app.core.feedback import poster_of
 from tests.support.bundles import TEST_HASH_KEY, Bundles, make_settings
 from tests.support.harness import AsgiHarness

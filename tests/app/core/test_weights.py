@@ -141,7 +141,7 @@ def test_pages_cover_every_record_once_with_aggregates(demo: Client, bundles: Bu
     agg = page.aggregate
     assert (agg.records, agg.instances) == (11, 12)
     for j, e in enumerate(bundles.demo.est.expert_names_):
-        # The trail keeps weights as float32 (app.audit.codec): within 1e-7 each.
+        # The trail keeps weights as float32 (app.audit.store.packing): within 1e-7 each.
         assert agg.experts[e].mean_weight == pytest.approx(weights[:, j].mean(), abs=1e-6)
         share = float(np.mean(weights.argmax(axis=1) == j))
         assert agg.experts[e].argmax_share == pytest.approx(share, abs=1e-12)

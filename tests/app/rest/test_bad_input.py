@@ -12,7 +12,7 @@ from typing import Any
 import httpx
 import pytest
 
-from app.audit.store import RecordFilter
+from app.audit.write.trail_db import RecordFilter
 from tests.support.bundles import Bundles, make_settings
 from tests.support.harness import AsgiHarness, UvicornHarness, harness
 from tests.support.metrics import totals

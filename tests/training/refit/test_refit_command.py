@@ -234,8 +234,8 @@ def test_the_latest_requests_are_held_out_whole_and_the_report_says_when(
 ) -> None:
     from sqlalchemy import create_engine
 
-    from app.audit.labelled import labelled_rows
-    from app.audit.records import iso_from_us
+    from app.audit.read.labelled import labelled_rows
+    from app.audit.store.records import iso_from_us
 
     code, out, err = refit(
         capsys, "--store", str(store), "--name", "demo", "--audit-url", world.full_url
