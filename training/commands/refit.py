@@ -111,7 +111,6 @@ def _add_expert_arguments(p: argparse.ArgumentParser) -> None:
 def _time_us(option: str, text: str | None) -> int | None:
     from datetime import UTC, datetime
 
-    from app.audit.store.records import _EPOCH
     from training.errors import ParameterError
 
     if text is None:
@@ -122,7 +121,7 @@ def _time_us(option: str, text: str | None) -> int | None:
         raise ParameterError(option, text, "must be an ISO-8601 time") from None
     if stamp.tzinfo is None:
         stamp = stamp.replace(tzinfo=UTC)
-    delta = stamp - _EPOCH
+    delta = stamp - datetime(1970, 1, 1, tzinfo=UTC)
     return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
 
 
@@ -185,16 +184,12 @@ def _read(
 ) -> tuple[list[Any], dict[int, Any], dict[str, int], bytes | None]:
     """The window's outcome rows less the posters', their records' inputs, the rows each
     poster had, and the trail's key when a CSV is to be checked."""
-    from sqlalchemy import inspect
-
-    from app.audit.read.labelled import labelled_rows
-    from app.audit.store.tables import outcomes
+    from app.audit.read.labelled import excluded_rows, holds_outcomes, labelled_rows
     from training.errors import ParameterError
-    from training.refit.data import excluded_rows
 
     store, key = _engine_and_key(args, args.csv is not None)
     try:
-        if not inspect(store.engine).has_table(outcomes.name):
+        if not holds_outcomes(store.engine):
             raise ParameterError(
                 "--audit-url", args.audit_url or "IABMA_AUDIT_URL", "holds no outcomes"
             )

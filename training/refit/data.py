@@ -17,11 +17,9 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from sqlalchemy import Engine, exists, func, or_, select
 
 from app.audit.read.labelled import LabelledRow, RecordInput, input_hmac
-from app.audit.read.outcome_filter import ANONYMOUS, window
-from app.audit.store.tables import outcomes, records
+from app.audit.read.outcome_filter import ANONYMOUS
 from app.bundle.manifest import Manifest
 from training.errors import IABMAError, ParameterError
 
@@ -56,35 +54,6 @@ def check_posters(posters: Sequence[str]) -> tuple[str, ...]:
                 f"them (key: and 12 hex digits, or {ANONYMOUS})"
             )  # fmt: skip
     return tuple(dict.fromkeys(posters))
-
-
-def excluded_rows(
-    engine: Engine,
-    model: str,
-    since_us: int | None,
-    until_us: int | None,
-    posters: Sequence[str],
-) -> dict[str, int]:
-    """How many of the window's outcome rows each of ``posters`` posted: the rows
-    ``exclude_posters`` leaves out of :func:`~app.audit.read.labelled.labelled_rows` (which
-    reads only outcomes whose record is still in the trail, and so does this count)."""
-    if not posters:
-        return {}
-    c = outcomes.c
-    keys = [p for p in posters if p != ANONYMOUS]
-    whose = [c.poster.in_(keys)] if keys else []
-    if ANONYMOUS in posters:
-        whose.append(c.poster.is_(None))
-    query = (
-        select(c.poster, func.count())
-        .where(*window(model, since_us, until_us, None), or_(*whose))
-        .where(exists().where(records.c.id == c.record_id))
-        .group_by(c.poster)
-    )
-    with engine.connect() as conn:
-        counted: list[Any] = list(conn.execute(query).all())
-    found = {ANONYMOUS if p is None else str(p): int(k) for p, k in counted}
-    return {p: found.get(p, 0) for p in posters}
 
 
 def check_rows(rows: Sequence[LabelledRow], manifest: Manifest, min_rows: int = MIN_ROWS) -> None:

@@ -1,4 +1,5 @@
-"""Outcomes with the inputs they answer: what ``iabma refit`` learns from; blocking reads.
+"""Outcomes with the inputs they answer: what ``iabma refit`` learns from, and all it
+reads from the trail's tables (the rows of excluded posters counted too); blocking reads.
 
 Every stored outcome of a model, joined to the audit record of the prediction it scores:
 the outcome row itself, and once per record what the trail kept of its input (the
@@ -18,9 +19,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import orjson
-from sqlalchemy import Engine, select
+from sqlalchemy import Engine, exists, func, inspect, or_, select
 
-from app.audit.read.outcome_filter import window
+from app.audit.read.outcome_filter import ANONYMOUS, window
 from app.audit.store.packing import unpack_request_id
 from app.audit.store.records import _hmac, canonical_json
 from app.audit.store.tables import outcomes, records
@@ -106,6 +107,41 @@ def labelled_rows(
 
 # Record ids per SELECT: well under SQLite's 32766 bound parameters.
 IDS_PER_QUERY = 2000
+
+
+def holds_outcomes(engine: Engine) -> bool:
+    """Whether the trail has an outcomes table at all (a trail older than outcomes has
+    none, and a refit reads nothing from it)."""
+    return inspect(engine).has_table(outcomes.name)
+
+
+def excluded_rows(
+    engine: Engine,
+    model: str,
+    since_us: int | None,
+    until_us: int | None,
+    posters: Sequence[str],
+) -> dict[str, int]:
+    """How many of the window's outcome rows each of ``posters`` posted: the rows
+    ``exclude_posters`` leaves out of :func:`labelled_rows` (which reads only outcomes
+    whose record is still in the trail, and so does this count)."""
+    if not posters:
+        return {}
+    c = outcomes.c
+    keys = [p for p in posters if p != ANONYMOUS]
+    whose = [c.poster.in_(keys)] if keys else []
+    if ANONYMOUS in posters:
+        whose.append(c.poster.is_(None))
+    query = (
+        select(c.poster, func.count())
+        .where(*window(model, since_us, until_us, None), or_(*whose))
+        .where(exists().where(records.c.id == c.record_id))
+        .group_by(c.poster)
+    )
+    with engine.connect() as conn:
+        counted: list[Any] = list(conn.execute(query).all())
+    found = {ANONYMOUS if p is None else str(p): int(k) for p, k in counted}
+    return {p: found.get(p, 0) for p in posters}
 
 
 def _inputs(conn: Any, versions: ReaderVersions, ids: list[int]) -> dict[int, RecordInput]:
