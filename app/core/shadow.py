@@ -65,6 +65,8 @@ class Shadow:
         self._thread: threading.Thread | None = None
         self._refreshed = 0.0
         self._ensured = False  # iabma_shadow exists in the trail
+        self.offered = 0  # requests queued (event loop)
+        self.settled = 0  # of those, the ones written, dropped or failed (the thread)
 
     # -- the request path (event loop): must never raise --------------------------------
     def offer(
@@ -79,6 +81,11 @@ class Shadow:
         self._queue.append(
             Offered(gate, ctx.request_id, now_us(), request.columns, result.prediction)
         )
+        self.offered += 1
+
+    def idle(self) -> bool:
+        """Every request queued so far is written, or its fault counted."""
+        return self.settled == self.offered
 
     # -- following STAGED ----------------------------------------------------------------
     def start(self, engine: Engine | None) -> None:
@@ -169,6 +176,7 @@ class Shadow:
             groups.setdefault(id(item.gate), []).append(item)
         for items in groups.values():
             done += self._group(items)
+            self.settled += len(items)
         return done
 
     def _group(self, items: list[Offered]) -> int:
