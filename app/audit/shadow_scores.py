@@ -17,18 +17,20 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from sqlalchemy import Engine, select
+from sqlalchemy import Engine, func, select
 
 from app.audit.records import iso_from_us
 from app.audit.scores import KINDS, NLL_CAP, TINY
-from app.audit.shadow_table import exists, shadow
+from app.audit.shadow_table import exists, read, shadow
 from app.audit.tables import outcomes
 from app.bundle.drift import psi, weight_counts
 from app.bundle.manifest import Manifest
 from app.bundle.mixture import mix_regression
-from app.bundle.staged_gate import unpack
 
 BUCKETS = 24
+# A shadowed request's time is its record's plus the moments between the record and the
+# queue: outcomes are matched to groups within this much of their record's time.
+SLACK_US = 60_000_000
 
 
 @dataclass(frozen=True)
@@ -40,16 +42,14 @@ class Pairs:
     staged: np.ndarray
 
 
-def staged_nll(task: str, classes: Sequence[Any], blob: bytes, m: int, row: int, y: Any) -> float:
-    """The staged mixture's NLL of outcome ``y`` (its JSON value) at ``row`` of a blob."""
-    a = unpack(blob, task, m, len(classes))
+def staged_nll(task: str, keys: Sequence[str], row: np.ndarray, m: int, y: Any) -> float:
+    """The staged mixture's NLL of outcome ``y`` (its JSON value) given one row of a
+    shadowed answer: ``m`` weights, then the classes' probabilities, or the experts'
+    means and tempered sds."""
     if task == "classification":
-        keys = [str(c) for c in classes]
-        p = float(a.tail[row, keys.index(str(y))])
-        return -math.log(max(p, TINY))
-    means, sds = a.tail[row : row + 1, :m], a.tail[row : row + 1, m:]
-    lp = mix_regression(a.weights[row : row + 1], means, sds).logpdf(np.array([float(y)]))
-    return float(-lp[0])
+        return -math.log(max(float(row[m + keys.index(str(y))]), TINY))
+    w, means, sds = row[None, :m], row[None, m : 2 * m], row[None, 2 * m : 3 * m]
+    return float(-mix_regression(w, means, sds).logpdf(np.array([float(y)]))[0])
 
 
 def pairs(
@@ -61,40 +61,55 @@ def pairs(
     window: tuple[int | None, int | None] = (None, None),
 ) -> Pairs:
     """Both NLLs of every outcome row of ``model`` whose request ``staged`` shadowed,
-    served in ``window`` (microseconds, since inclusive, until exclusive)."""
-    o, s = outcomes.c, shadow.c
-    query = (
-        select(o.request_id, o.row_index, o.record_us, o.outcome, o.scores, s.answer, s.m, s.id)
-        .join(shadow, (s.model == o.model) & (s.request_id == o.request_id))
-        .where(o.model == model, s.staged == staged, s.served == o.version)
-    )
-    since, until = window
-    if since is not None:
-        query = query.where(o.record_us >= since)
-    if until is not None:
-        query = query.where(o.record_us < until)
-    if not exists(engine):
+    served in ``window`` (microseconds, since inclusive, until exclusive).
+
+    Only the outcomes within the staged version's shadowed time are read, and only the
+    shadowed groups within their time: a periodic refresh stays cheap however long the
+    trail or the shadow."""
+    lo, hi = span(engine, model, staged)
+    if lo is None or hi is None:
         return Pairs(np.empty(0, np.int64), np.empty(0), np.empty(0))
+    since, until = window
+    since = lo - SLACK_US if since is None else max(since, lo - SLACK_US)
+    until = hi + SLACK_US if until is None else min(until, hi + SLACK_US)
+    o = outcomes.c
+    query = select(o.request_id, o.row_index, o.record_us, o.outcome, o.scores, o.version)
+    query = query.where(o.model == model, o.record_us >= since, o.record_us < until)
     with engine.connect() as conn:
-        rows = conn.execute(query.order_by(o.record_us, o.request_id, o.row_index, s.id)).all()
-    seen: set[tuple[str, int]] = set()
+        rows: list[Any] = list(conn.execute(query.order_by(o.record_us, o.request_id, o.row_index)))
+    if not rows:
+        return Pairs(np.empty(0, np.int64), np.empty(0), np.empty(0))
+    times_us = [int(r[2]) for r in rows]
+    shadowed = read(engine, model, staged, (min(times_us) - SLACK_US, max(times_us) + SLACK_US))
+    keys = [str(c) for c in classes]
     times, served, mine = [], [], []
-    for row in rows:
-        rid, index, at, outcome, scores, blob, m = (row[k] for k in range(7))
-        if (rid, index) in seen:  # a request id shadowed twice (a retried request)
+    for rid, index, at, outcome, scores, version in rows:
+        got = shadowed.get(rid)
+        if got is None or got.served != version or not 0 <= index < got.answer.shape[0]:
             continue
-        seen.add((rid, index))
         s0 = np.frombuffer(bytes(scores), "<f8")
         if s0.size % KINDS or not math.isfinite(float(s0[0])):
             continue
         try:
-            nll = staged_nll(task, classes, bytes(blob), int(m), int(index), json.loads(outcome))
+            nll = staged_nll(task, keys, got.answer[index], got.m, json.loads(outcome))
         except (ValueError, IndexError):
-            continue  # an outcome or blob that does not read: left out, as /performance does
+            continue  # an outcome that does not read: left out, as /performance does
         times.append(int(at))
         served.append(min(float(s0[0]), NLL_CAP))
         mine.append(min(nll, NLL_CAP) if math.isfinite(nll) else NLL_CAP)
     return Pairs(np.array(times, np.int64), np.array(served), np.array(mine))
+
+
+def span(engine: Engine, model: str, staged: str) -> tuple[int | None, int | None]:
+    """When ``staged`` shadowed its first and last request of ``model``."""
+    if not exists(engine):
+        return None, None
+    c = shadow.c
+    query = select(func.min(c.first_us), func.max(c.last_us))
+    with engine.connect() as conn:
+        found: Any = conn.execute(query.where(c.model == model, c.staged == staged)).one()
+    lo, hi = found
+    return (None if lo is None else int(lo)), (None if hi is None else int(hi))
 
 
 def summary(p: Pairs) -> dict[str, Any]:
@@ -141,19 +156,9 @@ def weight_drift(
     """PSI per expert of the staged weights shadowed in ``window`` against the staged
     version's training histogram (None without one)."""
     hist = manifest.gate.weight_histogram
-    s = shadow.c
-    query = select(s.answer, s.m).where(s.model == model, s.staged == manifest.version)
-    since, until = window
-    if since is not None:
-        query = query.where(s.created_us >= since)
-    if until is not None:
-        query = query.where(s.created_us < until)
-    rows: list[Any] = []
-    if exists(engine):
-        with engine.connect() as conn:
-            rows = list(conn.execute(query).all())
-    classes = len(manifest.target.classes or [])
-    weights = [unpack(bytes(b), manifest.task, int(m), classes).weights for b, m in rows]
+    m = len(manifest.experts)
+    shadowed = read(engine, model, manifest.version, window).values()
+    weights = [got.answer[:, :m] for got in shadowed]
     n = int(sum(w.shape[0] for w in weights))
     if hist is None or n == 0:
         return {"rows": n, "psi": None}
@@ -169,8 +174,10 @@ def compare(
     served: Manifest,
     staged: Manifest,
     window: tuple[int | None, int | None] = (None, None),
+    drift_window: tuple[int | None, int | None] | None = None,
 ) -> dict[str, Any]:
-    """The ``staged`` block of ``GET /performance?compare=staged``."""
+    """The ``staged`` block of ``GET /performance?compare=staged``; the weight drift is
+    over ``drift_window`` (default: ``window``)."""
     classes = list(served.target.classes or [])
     p = pairs(engine, model, staged.version, served.task, classes, window)
     return {
@@ -178,6 +185,6 @@ def compare(
         "version": staged.version,
         "served_version": served.version,
         **summary(p),
-        "weight_drift": weight_drift(engine, model, staged, window),
+        "weight_drift": weight_drift(engine, model, staged, drift_window or window),
         "over_time": over_time(p),
     }

@@ -24,7 +24,6 @@ from app.bundle.loader import (
     verify_files,
 )
 from app.bundle.manifest import MANIFEST_FILE, Manifest
-from app.bundle.mixture import mix_classification
 from app.bundle.pointer import RolloutError
 from app.bundle.predictor import BundlePredictor, Prediction
 from app.bundle.staged import check_feedable
@@ -105,12 +104,25 @@ class StagedGate:
         sds: np.ndarray | None,
     ) -> Shadowed:
         if proba is not None:
-            return Shadowed(w, mix_classification(w, proba, self._temperature).proba)
+            return Shadowed(w, _mix(w, proba, self._temperature))
         assert means is not None
         std = np.broadcast_to(self._sds, means.shape)
         if sds is not None and self._per_row.any():
             std = np.where(self._per_row, sds, std)
         return Shadowed(w, np.hstack([means, std * self._temperature]))
+
+
+def _mix(w: np.ndarray, proba: np.ndarray, temperature: float) -> np.ndarray:
+    """The tempered mixture of experts' probabilities, as the fused graph computes it
+    (``softmax(log p / T)`` per expert is ``p ** (1/T)`` renormalised). The served ones are
+    clipped and normalised already. Sums over the classes are products with a vector of
+    ones: numpy's reductions along a short last axis took 8x the time on 1000 rows."""
+    ones = np.ones(proba.shape[-1])
+    if temperature != 1.0:
+        proba = proba ** (1.0 / temperature)
+        w = w / (proba @ ones)  # each expert's own normalisation, folded into its weight
+    mixed = np.einsum("nm,nmc->nc", w, proba)
+    return mixed / (mixed @ ones)[:, None]
 
 
 def _gate_session(path: Path, manifest: Manifest, threads: int) -> ort.InferenceSession:
@@ -127,10 +139,3 @@ def _gate_session(path: Path, manifest: Manifest, threads: int) -> ort.Inference
     if foreign or "weights" not in {o.name for o in sess.get_outputs()}:
         raise BundleError(f"{rel} does not take the features to weights: {foreign or 'no output'}")
     return sess
-
-
-def unpack(blob: bytes, task: str, m: int, classes: int) -> Shadowed:
-    """A :meth:`Shadowed.blob` read back."""
-    width = m + (classes if task == "classification" else 2 * m)
-    values = np.frombuffer(blob, "<f8").reshape(-1, width)
-    return Shadowed(values[:, :m], values[:, m:])

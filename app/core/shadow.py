@@ -3,8 +3,8 @@ the request's path, keep its answer in the trail, and never fail a served reques
 
 A request hands its columns and served answer to :meth:`Shadow.offer` (a queue append);
 a thread takes what queued every :data:`GROUP_SECONDS`, runs the staged gate once over
-all of it (:class:`app.bundle.staged_gate.StagedGate`) and writes one group of
-``iabma_shadow`` rows. A staged version that fails to open, or fails on a group, is
+it, large requests apart (:class:`app.bundle.staged_gate.StagedGate`), and writes it as
+one ``iabma_shadow`` row. A staged version that fails to open, or fails on a group, is
 logged and counted, and shadowing stops until ``STAGED`` moves (docs/serving.md).
 """
 
@@ -16,6 +16,7 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,9 +36,12 @@ from app.metrics.shadow import shadow_families
 from app.settings import Settings
 
 log = logging.getLogger("iabma.shadow")
-GROUP_SECONDS = 0.05  # how long requests wait in the queue for their group
+# How long requests wait in the queue for their group: a group is one graph run per
+# staged version (large requests apart) and one insert, whose commit is the costly part.
+GROUP_SECONDS = 0.25
 MAX_QUEUED = 20_000  # requests held for the thread; beyond, they are dropped and counted
-REFRESH_SECONDS = 15.0  # how often the thread sets iabma_shadow_nll_diff from the trail
+ALONE_ROWS = 256  # a request of this many rows is scored alone, not joined to others
+REFRESH_SECONDS = 60.0  # how often the thread sets iabma_shadow_nll_diff from the trail
 
 
 @dataclass(frozen=True)
@@ -166,52 +170,47 @@ class Shadow:
         self.drain()
 
     def drain(self) -> int:
-        """Score and write what queued; the number of requests written."""
+        """Score what queued and write it, one row per staged version; the number of
+        requests written."""
         taken: list[Offered] = []
         while self._queue:
             taken.append(self._queue.popleft())
-        done = 0
-        groups: dict[int, list[Offered]] = {}
+        by_gate: dict[int, list[Offered]] = {}
         for item in taken:
-            groups.setdefault(id(item.gate), []).append(item)
-        for items in groups.values():
+            by_gate.setdefault(id(item.gate), []).append(item)
+        done = 0
+        for items in by_gate.values():
             done += self._group(items)
             self.settled += len(items)
         return done
 
     def _group(self, items: list[Offered]) -> int:
         gate = items[0].gate
-        model = self.settings.model_name
         try:
-            keys = items[0].columns.keys()
-            columns = {k: np.concatenate([it.columns[k] for it in items]) for k in keys}
-            answer = gate.score(columns, Prediction.joined([it.prediction for it in items]))
-            blob = np.hstack([answer.weights, answer.tail])
+            blobs = [gate.score(*_joined(batch)).blob() for batch in _batches(items)]
         except Exception as exc:  # whatever the staged graph does, the served one goes on
             if self.gate is gate:
                 self.gate = None
             self._fault(gate.version, "score", exc)
             return 0
-        rows, at = [], 0
-        m, served, staged = len(gate.experts), gate.served_version, gate.version
-        for it in items:
-            n = it.prediction.n
-            part = np.ascontiguousarray(blob[at : at + n], "<f8").tobytes()
-            row = (model, it.request_id, it.created_us, served, staged, n, m, part)
-            rows.append(shadow_table.ShadowRow(*row))
-            at += n
+        model, served, staged = self.settings.model_name, gate.served_version, gate.version
+        group = shadow_table.ShadowGroup(
+            model, served, staged, len(gate.experts),
+            [it.request_id for it in items], [it.created_us for it in items],
+            [it.prediction.n for it in items], b"".join(blobs),
+        )  # fmt: skip
         try:
             assert self.engine is not None
             if not self._ensured:
                 shadow_table.ensure(self.engine)
                 self._ensured = True
-            shadow_table.write(self.engine, rows)
+            shadow_table.write(self.engine, group)
         except Exception as exc:
-            shadow_families().faults.labels(model, served, staged, "write").inc(len(rows))
-            log.error("could not keep %d shadowed requests: %s", len(rows), exc)
+            shadow_families().faults.labels(model, served, staged, "write").inc(len(items))
+            log.error("could not keep %d shadowed requests: %s", len(items), exc)
             return 0
-        shadow_families().requests.labels(model, served, staged).inc(len(rows))
-        return len(rows)
+        shadow_families().requests.labels(model, served, staged).inc(len(items))
+        return len(items)
 
     def refresh(self) -> dict[str, Any] | None:
         """Recompute the comparison from the trail and set the gauges; None when idle."""
@@ -219,7 +218,10 @@ class Shadow:
         if gate is None or served is None or self.engine is None:
             return None
         try:
-            block = shadow_scores.compare(self.engine, served.name, served.manifest, gate.manifest)
+            recent = (now_us() - int(self.settings.drift_window_seconds * 1e6), None)
+            block = shadow_scores.compare(
+                self.engine, served.name, served.manifest, gate.manifest, drift_window=recent
+            )
         except Exception as exc:
             log.warning("could not compare the staged version: %s", exc)
             return None
@@ -234,6 +236,31 @@ def publish(block: dict[str, Any]) -> None:
     f.rows.labels(*labels).set(block["rows"])
     if block["nll_diff"] is not None:
         f.nll_diff.labels(*labels).set(block["nll_diff"])
+
+
+def _batches(items: list[Offered]) -> Iterator[list[Offered]]:
+    """The items in order, in runs to score at once: a large request alone (it is a batch
+    already, and joining it to others would only copy it), small ones together."""
+    run: list[Offered] = []
+    for item in items:
+        if item.prediction.n >= ALONE_ROWS:
+            if run:
+                yield run
+                run = []
+            yield [item]
+        else:
+            run.append(item)
+    if run:
+        yield run
+
+
+def _joined(items: list[Offered]) -> tuple[dict[str, np.ndarray], Prediction]:
+    """The group's columns and served answers as one batch (a lone request's as they are)."""
+    if len(items) == 1:
+        return items[0].columns, items[0].prediction
+    keys = items[0].columns.keys()
+    columns = {k: np.concatenate([it.columns[k] for it in items]) for k in keys}
+    return columns, Prediction.joined([it.prediction for it in items])
 
 
 def _read(pointer: Any) -> str | None:

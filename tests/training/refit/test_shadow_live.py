@@ -31,12 +31,13 @@ AUTH = {"Authorization": f"Bearer {TOKEN}"}
 def recomputed(db: Path, classes: list[Any], staged_version: str) -> tuple[np.ndarray, np.ndarray]:
     """Served and staged NLL of every paired outcome row, read from the trail by hand."""
     con = sqlite3.connect(db)
-    shadow = {
-        rid: (bytes(blob), m)
-        for rid, blob, m in con.execute(
-            "SELECT request_id, answer, m FROM iabma_shadow WHERE staged = ?", (staged_version,)
-        )
-    }
+    shadow: dict[str, tuple[np.ndarray, int]] = {}
+    query = "SELECT request_ids, rows, answer, m FROM iabma_shadow WHERE staged = ? ORDER BY id"
+    for ids, counts, blob, m in con.execute(query, (staged_version,)):
+        table = np.frombuffer(blob, "<f8").reshape(-1, m + len(classes))
+        starts = np.cumsum([0, *np.frombuffer(counts, "<i4")])
+        for k, rid in enumerate(ids.split("\n")):
+            shadow.setdefault(rid, (table[starts[k] : starts[k + 1]], m))
     rows = con.execute(
         "SELECT request_id, row_index, outcome, scores FROM iabma_outcomes ORDER BY id"
     ).fetchall()
@@ -46,8 +47,7 @@ def recomputed(db: Path, classes: list[Any], staged_version: str) -> tuple[np.nd
     for rid, row, outcome, scores in rows:
         if rid not in shadow:
             continue
-        blob, m = shadow[rid]
-        table = np.frombuffer(blob, "<f8").reshape(-1, m + len(classes))
+        table, m = shadow[rid]
         p = table[row, m + keys.index(str(json.loads(outcome)))]
         served.append(np.frombuffer(scores, "<f8")[0])
         mine.append(-math.log(max(p, 1e-300)))
