@@ -17,6 +17,7 @@ from app.bundle.pointer import current, history
 from app.bundle.staged import evidence_log, staged
 from app.cli.main import main
 from tests.support.bundles import instances, make_settings
+from tests.support.console import check_page
 from tests.support.harness import AsgiHarness
 from tests.support.metrics import scrape
 from tests.support.outcomes import drawn_from
@@ -121,6 +122,13 @@ def test_a_staged_refit_is_scored_in_shadow_and_promoted_on_live_evidence(
         wait_for(shadow.idle, 10, "the shadow to keep every request")
         block = app.get("/performance?compare=staged").json()["staged"]
         samples, _ = scrape(app)
+        page = app.get("/audit/performance")
+        assert page.status_code == 200, page.text
+        doc = check_page(page.text)
+        summary = doc.find(".//p[@id='staged-summary']")
+        assert summary is not None and summary.get("data-rows") == "1200"
+        assert doc.find(".//*[@id='staged-chart']") is not None
+        assert len(doc.findall(".//table[@id='staged-table']/tbody/tr")) == len(block["over_time"])
     manifest = json.loads((root / world.version / "manifest.json").read_text())
     classes = list(manifest["target"]["classes"])
     served_nll, staged_nll = recomputed(trail / "audit.db", classes, v2)
