@@ -174,17 +174,17 @@ def compare(
     served: Manifest,
     staged: Manifest,
     window: tuple[int | None, int | None] = (None, None),
-    drift_window: tuple[int | None, int | None] | None = None,
+    drift: bool = True,
 ) -> dict[str, Any]:
-    """The ``staged`` block of ``GET /performance?compare=staged``; the weight drift is
-    over ``drift_window`` (default: ``window``)."""
+    """The ``staged`` block of ``GET /performance?compare=staged``; without ``drift``,
+    no weight drift (it reads every shadowed row of the window, not only those with
+    outcomes: the gauges' refresh does without)."""
     classes = list(served.target.classes or [])
     p = pairs(engine, model, staged.version, served.task, classes, window)
-    return {
-        "model": model,
-        "version": staged.version,
-        "served_version": served.version,
-        **summary(p),
-        "weight_drift": weight_drift(engine, model, staged, drift_window or window),
-        "over_time": over_time(p),
-    }
+    block: dict[str, Any] = {"model": model, "version": staged.version}
+    block["served_version"] = served.version
+    block |= summary(p)
+    if drift:
+        block["weight_drift"] = weight_drift(engine, model, staged, window)
+    block["over_time"] = over_time(p)
+    return block

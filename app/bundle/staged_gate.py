@@ -42,6 +42,15 @@ class Shadowed:
         return np.ascontiguousarray(np.hstack([self.weights, self.tail]), "<f8").tobytes()
 
 
+# The served experts' outputs a staged gate weighs: (n, m, C) probabilities, or (n, m)
+# means and, where the bundle serves them, (n, m) sds; the others None.
+ExpertOutputs = tuple[np.ndarray | None, np.ndarray | None, np.ndarray | None]
+
+
+def expert_outputs(pred: Prediction) -> ExpertOutputs:
+    return pred.expert_proba, pred.expert_means, pred.expert_sds
+
+
 class StagedGate:
     """A staged version, opened against the served version ``served``."""
 
@@ -77,24 +86,23 @@ class StagedGate:
         self._gate: ort.InferenceSession | None = None
         if self.gate_only:
             self._gate = _gate_session(path, manifest, intra_op_threads)
-            self._inputs = [i.name for i in self._gate.get_inputs()]
+            self.needs = tuple(i.name for i in self._gate.get_inputs())
         else:
             self._predictor = BundlePredictor(open_bundle(path, intra_op_threads=intra_op_threads))
+            self.needs = tuple(self._predictor._inputs)
 
-    def score(self, columns: Mapping[str, np.ndarray], served: Prediction) -> Shadowed:
-        """The staged answer to the rows ``columns``, to which the served one is ``served``."""
+    def score(self, columns: Mapping[str, np.ndarray], served: ExpertOutputs) -> Shadowed:
+        """The staged answer to the rows ``columns`` (those of :attr:`needs` at least), to
+        which the served experts answered ``served`` (only read when :attr:`gate_only`)."""
         if self._predictor is not None:
             own = self._predictor.predict(columns, interval=False)
             return self._mixture(own.weights, own.expert_proba, own.expert_means, own.expert_sds)
         assert self._gate is not None
-        (raw,) = self._gate.run(["weights"], {k: columns[k] for k in self._inputs})
+        (raw,) = self._gate.run(["weights"], {k: columns[k] for k in self.needs})
         w = np.asarray(raw, dtype=np.float64)
         w = w / w.sum(axis=1, keepdims=True)  # as the fused graph normalises its rows
         p = self.pick
-        proba = None if served.expert_proba is None else served.expert_proba[:, p]
-        means = None if served.expert_means is None else served.expert_means[:, p]
-        sds = None if served.expert_sds is None else served.expert_sds[:, p]
-        return self._mixture(w, proba, means, sds)
+        return self._mixture(w, *(None if a is None else a[:, p] for a in served))
 
     def _mixture(
         self,
