@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import json
 import shutil
+import sqlite3
 from pathlib import Path
 
+import numpy as np
 import onnx
 import pytest
 from onnx import TensorProto, helper
@@ -140,3 +142,51 @@ def test_staging_refuses_what_served_requests_cannot_feed(
     assert (store_copy / "demo" / STAGED_FILE).read_text() == "v-same\n"
     assert main(["unstage", "--store", str(store_copy), "--name", "demo"]) == 0
     assert staged(store_copy / "demo") is None and unstage(store_copy, "demo") is None
+
+
+def test_every_protocol_is_shadowed(bundles: Bundles, store_copy: Path, tmp_path: Path) -> None:
+    """/predict, the OIP route over REST and over gRPC: each request's staged answer is
+    kept under its record's request id."""
+    import httpx
+    import tritonclient.grpc as tgrpc
+
+    from app.audit.codec import unpack_request_id
+    from tests.support.oip import serve
+
+    copy_version(store_copy, bundles.demo.version, "v-same")
+    stage(store_copy, "demo", "v-same")
+    server = serve(bundles, "demo", tmp_path, IABMA_STORE=str(store_copy))
+    x = {"x1": [0.1, 0.4], "x2": [-0.2, 0.3]}
+    with server.proc:
+        server.proc.wait_ready()
+        base = server.base_url
+        rows = [{"x1": a, "x2": b} for a, b in zip(x["x1"], x["x2"], strict=True)]
+        assert httpx.post(f"{base}/predict", json={"instances": rows}).status_code == 200
+        oip = {
+            "inputs": [
+                {"name": k, "shape": [2, 1], "datatype": "FP32", "data": v} for k, v in x.items()
+            ]
+        }
+        assert httpx.post(f"{base}/v2/models/demo/infer", json=oip).status_code == 200
+        client = tgrpc.InferenceServerClient(server.grpc)
+        inputs = []
+        for name, values in x.items():
+            t = tgrpc.InferInput(name, [2, 1], "FP32")
+            t.set_data_from_numpy(np.array(values, dtype=np.float32)[:, None])
+            inputs.append(t)
+        client.infer("demo", inputs)
+
+        def kept() -> list[str]:
+            with sqlite3.connect(server.audit_db) as conn:
+                try:
+                    found = conn.execute("SELECT request_ids FROM iabma_shadow").fetchall()
+                except sqlite3.OperationalError:
+                    return []  # the table is made with the first group
+            return sorted(rid for (ids,) in found for rid in ids.split("\n"))
+
+        wait_for(lambda: len(kept()) == 3, 20, "three shadowed requests")
+        with sqlite3.connect(server.audit_db) as conn:
+            logged = [unpack_request_id(r) for (r,) in conn.execute(
+                "SELECT request_id FROM iabma_audit_log"
+            )]  # fmt: skip
+    assert kept() == sorted(logged)
