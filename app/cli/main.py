@@ -28,6 +28,7 @@ from app.cli import (
     feedback,
     rollout,
     serve,
+    stage,
 )
 from app.errors import CommandError, CommandWarning
 
@@ -54,6 +55,7 @@ def build_parser() -> argparse.ArgumentParser:
             _add_plugin(sub, ep)
     serve.add_parser(sub)
     rollout.add_parsers(sub)
+    stage.add_parsers(sub)
     audit_sums.add_parser(sub)
     audit_verify.add_parser(sub)
     audit_migrate.add_parser(sub)

@@ -11,6 +11,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from app.cli import stage
 from app.cli.text import command
 from app.errors import CommandError
 
@@ -24,7 +25,8 @@ def add_parsers(sub: Any) -> None:
     )
     p.add_argument("--store", type=Path, default=Path("models_store"))
     p.add_argument("--name", required=True, help="bundle name")
-    p.add_argument("version", metavar="VERSION", help="the version directory to serve")
+    p.add_argument("version", metavar="VERSION", nargs="?", help="the version directory to serve")
+    stage.add_live_arguments(p)
     p.set_defaults(run=run_promote)
 
     r = command(sub, "rollback", "point LATEST back at the version it named before", __doc__)
@@ -36,6 +38,10 @@ def add_parsers(sub: Any) -> None:
 def run_promote(args: argparse.Namespace) -> int:
     from app.bundle.pointer import RolloutError, promote
 
+    if args.if_better_live:
+        return stage.run_promote_live(args)
+    if args.version is None:
+        raise CommandError("give the VERSION to promote, or --if-better-live for the staged one")
     try:
         move = promote(args.store, args.name, args.version)
     except RolloutError as exc:

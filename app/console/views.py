@@ -15,6 +15,7 @@ from typing import Any
 from app.audit.write.trail_db import RecordFilter, decode_cursor
 from app.bundle.manifest import check_safe_name
 from app.console import charts, queries
+from app.console.shadow_view import staged_section
 from app.console.versions import stored_versions
 from app.contract.request import REQUEST_ID
 from app.core import performance as realised
@@ -217,6 +218,7 @@ async def performance(service: Service, model: LoadedModel, query: Mapping[str, 
         ),
         "drift_min_rows": service.settings.drift_min_rows,
         "versions": _versions_seen(service, model),
+        "staged": await staged_section(service, model, (flt.since_us, flt.until_us)),
     }
 
 

@@ -3,7 +3,8 @@
 ``since`` and ``until`` (ISO-8601, naive is UTC; since inclusive, until exclusive) select
 rows by the time they were served, ``version`` by the version that served them, and
 ``exclude_poster`` (comma-separated, as ``posters`` lists them) leaves posters' outcomes
-out. Every figure is a mean of the rows' stored scores (:mod:`app.audit.read.scores`): the
+out; ``compare=staged`` adds the ``staged`` block (:mod:`app.core.shadow_report`). Every
+figure is a mean of the rows' stored scores (:mod:`app.audit.read.scores`): the
 mixture's, each expert's over the rows whose record had it, the best expert in hindsight
 (the lowest NLL among the experts of every row) and the mixture's regret against it,
 trust calibration (per expert and bin of its weight), and ``buckets`` time buckets (24
@@ -32,10 +33,11 @@ from app.bundle.manifest import check_safe_name
 from app.contract.performance import SCORES
 from app.core.outcomes import OutcomeRange, outcome_range
 from app.core.service import Service
+from app.core.shadow_report import check_compare, staged_block
 from app.core.weights import parse_time_us, single_params
 from app.errors import Fault, InvalidInput
 
-QUERY = ("since", "until", "version", "exclude_poster", "buckets")
+QUERY = ("since", "until", "version", "exclude_poster", "buckets", "compare")
 TRUST_BINS = 10
 MAX_BUCKETS = 24  # the default
 MOST_BUCKETS = 200
@@ -64,6 +66,7 @@ async def performance(service: Service, items: Sequence[tuple[str, str]]) -> dic
             raise InvalidInput([Fault("invalid_value", "version", problem)]) from None
     posters = parse_posters(params.get("exclude_poster"))
     slots = parse_buckets(params.get("buckets"))
+    compare = check_compare(params.get("compare"))
     store = service.require_store()
     flt = OutcomeFilter(model.name, since, until, version, posters)
     bounds = outcome_range(model.manifest.target)
@@ -71,6 +74,8 @@ async def performance(service: Service, items: Sequence[tuple[str, str]]) -> dic
         report, store.engine, model.name, model.task, since, until, version, flt, slots, bounds
     )
     shown = {k: params.get(k) for k in ("since", "until", "version")}
+    if compare is not None:
+        found["staged"] = await staged_block(service, model, (since, until))
     return {
         "model": model.name,
         "task": model.task,

@@ -28,6 +28,7 @@ from app.core.follow import LatestFollower
 from app.core.graph import PART_ROWS, AnswerParts, GraphThread
 from app.core.plane import InferenceRequest, InferenceResult, check_finite
 from app.core.runtime import LoadedModel, ModelRuntime
+from app.core.shadow import Shadow
 from app.core.tracing import Tracing
 from app.core.trail import make_record, open_trail
 from app.errors import (
@@ -73,6 +74,7 @@ class Service:
         )
         self.graph = GraphThread()
         self.follower = LatestFollower(settings, self.runtime, self.metrics)
+        self.shadow = Shadow(settings, self.runtime)
         self.hash_key = b""
         self._tasks: list[asyncio.Task[None]] = []
         self.metrics_port = (
@@ -112,6 +114,10 @@ class Service:
         self.hash_key, self.store, self.writer = trail.hash_key, trail.store, trail.writer
         if trail.retention is not None:
             self._tasks.append(asyncio.create_task(trail.retention, name="iabma-audit-retention"))
+        self.shadow.start(self.store.engine)
+        await self.shadow.check()
+        if self.settings.reload_interval_seconds > 0:
+            self._tasks.append(asyncio.create_task(self.shadow.run(), name="iabma-shadow"))
 
     def unrecorded_working(self) -> int:
         """Requests yet to queue a record that are not parked in a batch waiting for the
@@ -124,6 +130,7 @@ class Service:
     async def stop(self) -> None:
         self.runtime.draining = True
         self.graph.shutdown()
+        self.shadow.stop()
         if self.writer is not None:
             await self.writer.close()
         if self.store is not None:
@@ -204,6 +211,7 @@ class Service:
         (without the GIL), await the commit, count the prediction. An encoding fault (a
         server bug, a 500) leaves its record in the trail."""
         committed, taken = self.submit_record(result, request, ctx)
+        self.shadow.offer(result, request, ctx)
         if taken is not None and committed is not None:
             # Let the writer build its row first; see app.audit.write.writer.
             await asyncio.wait((taken, committed), return_when=asyncio.FIRST_COMPLETED)
@@ -298,6 +306,7 @@ class Service:
             still = f"; still serving version {serving.version}" if serving else ""
             raise ReloadFailed(f"{exc}{still}", field="bundle") from None
         assert outcome is not None
+        await self.shadow.check(force=True)
         old = outcome.previous.version if outcome.previous else None
         return {
             "model": outcome.model.name,

@@ -5,7 +5,7 @@ combiner and settings unless ``--combiner``/``--kl-weight`` say otherwise) on al
 latest requests, prints the served and the refitted gate side by side on those held-out
 requests with the bootstrap SE of their paired difference, and writes a new version with
 the same expert files. ``LATEST`` moves only with ``--promote-if-better`` and a gain beyond
-one SE.
+one SE; ``--stage`` points ``STAGED`` at it instead, to be scored in shadow on live traffic.
 
 ``--add-expert NAME=SOURCE`` brings an already trained model (an ONNX file with one (n, 1)
 input per column it reads, named as the column) and ``--retire-expert NAME`` leaves one
@@ -79,6 +79,12 @@ def add_parser(sub: Any) -> None:
         "--promote-if-better",
         action="store_true",
         help="point LATEST at it if it beats the served gate by more than one SE",
+    )
+    out.add_argument(
+        "--stage",
+        action="store_true",
+        help="point STAGED at it: the servers score it in shadow beside the served version "
+        "(iabma promote --if-better-live promotes it on the outcomes that follow)",
     )
     p.set_defaults(run=run)
 
@@ -261,6 +267,8 @@ def run(args: argparse.Namespace) -> int:
     export_s = time.perf_counter() - t_export
     if promote:
         print(f"wrote {path} and pointed {path.parent / 'LATEST'} at it (better beyond one SE)")
+    elif args.stage:
+        _stage(args, path)
     else:
         why = "" if not args.promote_if_better else " (not better by more than one SE)"
         print(
@@ -273,6 +281,19 @@ def run(args: argparse.Namespace) -> int:
         f"{export_s:.1f} s, total {total:.1f} s"
     )
     return 0
+
+
+def _stage(args: argparse.Namespace, path: Path) -> None:
+    """Point ``STAGED`` at the written version; a refusal names why."""
+    from app.bundle.pointer import RolloutError
+    from app.bundle.staged import stage
+    from training.errors import ParameterError
+
+    try:
+        stage(args.store, args.name, path.name)
+    except RolloutError as exc:
+        raise ParameterError("--stage", path.name, str(exc)) from None
+    print(f"wrote {path} and pointed {path.parent / 'STAGED'} at it: scored in shadow from now")
 
 
 def _opened(args: argparse.Namespace) -> tuple[Path, Any]:
