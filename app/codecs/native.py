@@ -168,8 +168,12 @@ def row_parts(opts: Options, request_id: str) -> RowParts | None:
 
 def numeric_block(result: InferenceResult, include: tuple[str, ...]) -> np.ndarray:
     """Every number of every row, in the template's order, as one (n, K) array: float32
-    for a classifier, rounded float64 for regression (:func:`app.bundle.digits.written`)."""
-    p = written(result.prediction)
+    for a classifier (cast once, here), rounded float64 for regression
+    (:func:`app.bundle.digits.written`)."""
+    p = result.prediction
+    classifier = p.proba is not None
+    if not classifier:
+        p = written(p)
     parts: list[np.ndarray] = []
     if "prediction" in include:
         if p.proba is not None:
@@ -187,7 +191,7 @@ def numeric_block(result: InferenceResult, include: tuple[str, ...]) -> np.ndarr
         parts.append(experts.reshape(p.n, -1))
     if "uncertainty" in include:
         parts.append(p.uncertainty)
-    return np.ascontiguousarray(np.hstack(parts))
+    return np.ascontiguousarray(np.hstack(parts), dtype=np.float32 if classifier else None)
 
 
 def render_rows(
