@@ -22,7 +22,7 @@ import numpy as np
 import orjson
 
 from app.audit import codec
-from app.bundle.digits import float32_text, float32_values, significant
+from app.bundle.digits import float32_values, significant
 from app.bundle.mixture import INTERVAL
 from app.contract.answers import UNCERTAINTY
 
@@ -257,12 +257,10 @@ def instances_json(a: codec.Answer, version: Version) -> list[dict[str, Any]]:
     experts = version.expert_names
     n, m = a.weights.shape
     # Numbers as the answer wrote them (app.bundle.digits).
-    w = float32_values(a.weights)
     if version.task == "classification":
-        u = float32_values(a.uncertainty)
+        w, u = float32_values(a.weights), float32_values(a.uncertainty)
     else:
-        s = a.uncertainty
-        u = np.column_stack([significant(s[:, :3]), float32_text(s[:, 3])]).tolist()
+        w, u = significant(a.weights).tolist(), significant(a.uncertainty).tolist()
     classes = version.class_labels
     own: list[list[dict[str, Any]]] | None = None
     if version.task == "classification":

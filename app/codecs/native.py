@@ -168,12 +168,10 @@ def row_parts(opts: Options, request_id: str) -> RowParts | None:
 
 def numeric_block(result: InferenceResult, include: tuple[str, ...]) -> np.ndarray:
     """Every number of every row, in the template's order, as one (n, K) array: float32
-    for a classifier (cast once, here), rounded float64 for regression
-    (:func:`app.bundle.digits.written`)."""
+    for a classifier, regression's to nine significant digits (app.bundle.digits), in one
+    call for the whole block."""
     p = result.prediction
     classifier = p.proba is not None
-    if not classifier:
-        p = written(p)
     parts: list[np.ndarray] = []
     if "prediction" in include:
         if p.proba is not None:
@@ -191,7 +189,10 @@ def numeric_block(result: InferenceResult, include: tuple[str, ...]) -> np.ndarr
         parts.append(experts.reshape(p.n, -1))
     if "uncertainty" in include:
         parts.append(p.uncertainty)
-    return np.ascontiguousarray(np.hstack(parts), dtype=np.float32 if classifier else None)
+    block = np.hstack(parts)
+    if classifier:
+        return np.ascontiguousarray(block, dtype=np.float32)
+    return significant(block)
 
 
 def render_rows(
