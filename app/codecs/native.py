@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 import orjson
 
+from app.bundle.digits import significant, written
 from app.bundle.mixture import INTERVAL
 from app.codecs.rows import RowTemplate, row_template
 from app.contract.answers import UNCERTAINTY
@@ -166,8 +167,11 @@ def row_parts(opts: Options, request_id: str) -> RowParts | None:
 
 
 def numeric_block(result: InferenceResult, include: tuple[str, ...]) -> np.ndarray:
-    """Every number of every row, in the template's order, as one (n, K) float64 array."""
+    """Every number of every row, in the template's order, as one (n, K) array: float32
+    for a classifier, regression's to nine significant digits (app.bundle.digits), in one
+    call for the whole block."""
     p = result.prediction
+    classifier = p.proba is not None
     parts: list[np.ndarray] = []
     if "prediction" in include:
         if p.proba is not None:
@@ -185,7 +189,10 @@ def numeric_block(result: InferenceResult, include: tuple[str, ...]) -> np.ndarr
         parts.append(experts.reshape(p.n, -1))
     if "uncertainty" in include:
         parts.append(p.uncertainty)
-    return np.ascontiguousarray(np.hstack(parts), dtype=np.float64)
+    block = np.hstack(parts)
+    if classifier:
+        return np.ascontiguousarray(block, dtype=np.float32)
+    return significant(block)
 
 
 def render_rows(
@@ -205,11 +212,12 @@ def render_rows(
 
 
 def encode_columnar(result: InferenceResult, opts: Options, request_id: str) -> bytes:
-    model, p = result.model, result.prediction
+    model, served = result.model, result.prediction
+    p = written(served)
     out: dict[str, Any] = {}
     if "prediction" in opts.include:
         if p.proba is not None:
-            out["label"] = model.label_values(p.label_index)
+            out["label"] = model.label_values(served.label_index)
             out["probabilities"] = p.proba
         else:
             assert p.interval is not None
@@ -223,12 +231,13 @@ def encode_columnar(result: InferenceResult, opts: Options, request_id: str) -> 
         out["weights"] = p.weights
     if "experts" in opts.include:
         if p.expert_proba is not None:
+            assert served.expert_proba is not None
             out["experts"] = {
-                "label": model.label_values(p.expert_proba.argmax(axis=2)),
+                "label": model.label_values(served.expert_proba.argmax(axis=2)),
                 "probabilities": p.expert_proba,
             }
         else:
-            std = list(model.expert_std) if p.expert_sds is None else p.expert_sds
+            std = significant(np.array(model.expert_std)) if p.expert_sds is None else p.expert_sds
             out["experts"] = {"mean": p.expert_means, "std": std}
     if "uncertainty" in opts.include:
         u = p.uncertainty

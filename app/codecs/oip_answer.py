@@ -11,6 +11,7 @@ from typing import Any
 
 import orjson
 
+from app.bundle.digits import written
 from app.bundle.mixture import INTERVAL
 from app.codecs.oip import Requested, output_names, prediction_type
 from app.codecs.tensors import to_raw
@@ -27,13 +28,14 @@ def _tensor(name: str, datatype: str, arr: Any, shape: list[int], **params: Any)
 
 def output_tensors(result: InferenceResult, requested: list[str] | None) -> list[dict[str, Any]]:
     """The answer as named tensors; numpy arrays stay arrays for orjson to write."""
-    model, p = result.model, result.prediction
+    model, served = result.model, result.prediction
+    p = written(served)
     n, m = p.n, len(model.experts)
     wanted = requested or list(output_names(model))
     tensors: dict[str, dict[str, Any]] = {}
     if "prediction" in wanted:
         if p.proba is not None:
-            labels = model.label_values(p.label_index)
+            labels = model.label_values(served.label_index)
             tensors["prediction"] = _tensor("prediction", prediction_type(model), labels, [n])
         else:
             tensors["prediction"] = _tensor("prediction", "FP64", p.mean, [n])

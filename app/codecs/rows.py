@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import orjson
 
+from app.bundle.digits import significant
 from app.bundle.mixture import INTERVAL
 from app.contract.answers import UNCERTAINTY
 from app.contract.request import PARTS
@@ -230,7 +231,8 @@ def row_template(model: LoadedModel, include: Sequence[str]) -> RowTemplate:
                 else:
                     b.text(b'{"mean":')
                     b.slot(NUMBER)
-                    b.text(b',"std":' + _json(model.expert_std[j]) + b"}")
+                    std = significant(np.array(model.expert_std[j])).item()
+                    b.text(b',"std":' + _json(std) + b"}")
             b.text(b"}")
         else:
             b.numbers(UNCERTAINTY)

@@ -73,7 +73,7 @@ def _contents(t: Any, field: str) -> Any:
     return np.fromiter(values, dtype=dtype, count=len(values))
 
 
-def _set(param: Any, value: Any) -> None:
+def set_param(param: Any, value: Any) -> None:
     if isinstance(value, bool):
         param.bool_param = value
     elif isinstance(value, int):
@@ -95,11 +95,11 @@ def response(result: InferenceResult, requested: oip.Requested, request_id: str)
     )
     params = {"request_id": request_id, "task": model.task, "experts": list(model.experts)}
     for key, value in params.items():
-        _set(resp.parameters[key], value)
+        set_param(resp.parameters[key], value)
     for t in oip_answer.output_tensors(result, requested.outputs):
         out = resp.outputs.add(name=t["name"], datatype=t["datatype"], shape=t["shape"])
         for key, value in t.get("parameters", {}).items():
-            _set(out.parameters[key], value)
+            set_param(out.parameters[key], value)
         resp.raw_output_contents.append(to_raw(t["datatype"], t["data"]))
     return resp
 

@@ -18,7 +18,8 @@ from app.core.service import Service
 from app.errors import StartupRefused
 from app.oip_grpc.access import KeyInterceptor
 from app.oip_grpc.servicer import HealthServicer, InferenceServicer
-from app.oip_grpc.stubs import health_pb2_grpc, pb_grpc
+from app.oip_grpc.stubs import health_pb2_grpc
+from app.oip_grpc.wire import add_inference_service
 
 log = logging.getLogger("iabma.grpc")
 # Headroom over the body limit for the message's own framing (names, shapes, parameters).
@@ -46,7 +47,7 @@ class GrpcServer:
                 ("grpc.max_send_message_length", -1),
             ],
         )
-        pb_grpc.add_GRPCInferenceServiceServicer_to_server(self.inference, server)
+        add_inference_service(self.inference, server)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
         address = f"{settings.grpc_host}:{settings.grpc_port}"
         try:

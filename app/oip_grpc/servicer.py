@@ -20,7 +20,7 @@ from app.codecs import oip
 from app.core.context import REQUEST_ID, RequestContext, new_request_id
 from app.core.service import Service
 from app.errors import ServingError, as_serving_error, grpc_code, oip_body
-from app.oip_grpc import codec
+from app.oip_grpc import codec, wire
 from app.oip_grpc.stubs import health_pb2, health_pb2_grpc, pb, pb_grpc
 
 log = logging.getLogger("iabma.grpc")
@@ -76,10 +76,14 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         service = self.service
         try:
             model = oip.served(service.runtime, request.model_name, request.model_version)
-            body = codec.request_body(request)
-            inference, wanted = oip.decode(body, model, service.settings.max_batch_rows, "oip_grpc")
+            limit = service.settings.max_batch_rows
+            fast = wire.fast_request(request, model, limit)
+            if fast is None:
+                body = codec.request_body(request)
+                fast = oip.decode(body, model, limit, "oip_grpc")
+            inference, wanted = fast
             answer = await service.infer(
-                model, inference, ctx, lambda r: codec.response(r, wanted, ctx.request_id)
+                model, inference, ctx, lambda r: wire.response_bytes(r, wanted, ctx.request_id)
             )
         except Exception as exc:
             await abort(context, exc, "ModelInfer")

@@ -67,11 +67,16 @@ def json_rows(frame: pd.DataFrame, features: Sequence[Feature]) -> list[dict[str
     return rows
 
 
-def native_body(rows: Sequence[dict[str, Any]], columnar: bool = False) -> str:
-    """``/predict``'s body; ``columnar`` asks for one array per field in the answer."""
+def native_body(
+    rows: Sequence[dict[str, Any]], columnar: bool = False, include: Sequence[str] = ()
+) -> str:
+    """``/predict``'s body; ``columnar`` asks for one array per field in the answer,
+    ``include`` for those parts alone."""
     body: dict[str, Any] = {"instances": list(rows)}
     if columnar:
         body["format"] = "columnar"
+    if include:
+        body["include"] = list(include)
     return json.dumps(body, separators=(",", ":"))
 
 

@@ -71,6 +71,10 @@ def prepare_bundle(store: Path, name: str, workdir: Path) -> tuple[BundleCtx, li
         ctx.bodies["native", size] = B.write_lines(
             d / f"native-{size}.txt", [B.native_body(x) for x in batches]
         )
+        ctx.bodies["native_prediction", size] = B.write_lines(
+            d / f"native_prediction-{size}.txt",
+            [B.native_body(x, include=["prediction"]) for x in batches],
+        )
         ctx.bodies["columnar", size] = B.write_lines(
             d / f"columnar-{size}.txt", [B.native_body(x, columnar=True) for x in batches]
         )

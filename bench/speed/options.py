@@ -42,8 +42,18 @@ def parse_args(argv: Sequence[str] | None, description: str) -> argparse.Namespa
         help="only 1000-row /predict at c1 (SQLite trail, trail off), in --rounds alternating "
         "rounds, against the in-process floor",
     )
+    mode.add_argument(
+        "--batch",
+        action="store_true",
+        help="side by side in --rounds alternating rounds: 1000-row /predict at c1 and c8 "
+        "(include prediction, and the default answer) against the bare peer, and gRPC "
+        "against REST at single rows c32",
+    )
     p.add_argument(
-        "--rounds", type=int, default=3, help="rounds of --ratio, --scaling or --rows1000 (3)"
+        "--rounds",
+        type=int,
+        default=3,
+        help="rounds of --ratio, --scaling, --rows1000 or --batch (3)",
     )
     p.add_argument(
         "--chain-cost",
@@ -82,6 +92,7 @@ def parse_args(argv: Sequence[str] | None, description: str) -> argparse.Namespa
         "ratio": args.ratio,
         "scaling": args.scaling,
         "rows1000": args.rows1000,
+        "batch": args.batch,
     }
     args.mode = next((name for name, on in modes.items() if on), "default")
     if args.rounds < 1:

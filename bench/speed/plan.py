@@ -72,7 +72,8 @@ class ServerSpec:
 class Run:
     server: ServerSpec
     # "predict" (native body), "columnar" (the same, columnar answer), "oip" (JSON OIP),
-    # "oip_binary" (the binary tensor data extension) or "grpc" (OIP ModelInfer over gRPC)
+    # "oip_binary" (the binary tensor data extension), "grpc" (OIP ModelInfer over gRPC) or
+    # "predict_prediction" (the native body with include: ["prediction"])
     route: str
     rows: int
     connections: int
@@ -210,6 +211,21 @@ def _bundle_rows1000(b: str, rounds: int, baseline: str, store: str) -> list[Gro
     return turn * rounds
 
 
+def _bundle_batch(b: str, rounds: int) -> list[Group]:
+    """Issue 46's side-by-side: ours (SQLite trail) and the bare peer in turn, 1000 rows at
+    c1 and c8 with ``include: ["prediction"]`` and the default answer, then single rows
+    at c32 over REST and gRPC; ``rounds`` times."""
+    ours = [
+        ("predict_prediction", BIG, [1, 8]),
+        ("predict", BIG, [1, 8]),
+        ("predict", 1, [32]),
+        ("grpc", 1, [32]),
+    ]
+    bare = [("predict", BIG, [1, 8]), ("predict", 1, [32])]
+    turn = [_group(ServerSpec("ours", b, 1, "sqlite"), ours), _group(ServerSpec("bare", b), bare)]
+    return turn * rounds
+
+
 def build_plan(
     bundles: Sequence[str],
     mode: str,
@@ -224,6 +240,8 @@ def build_plan(
         return [g for b in bundles for g in _bundle_scaling(b, rounds)]
     if mode == "rows1000":
         return [g for b in bundles for g in _bundle_rows1000(b, rounds, baseline, store)]
+    if mode == "batch":
+        return [g for b in bundles for g in _bundle_batch(b, rounds)]
     per_bundle = {
         "quick": _bundle_quick,
         "default": _bundle_default,
@@ -244,6 +262,7 @@ FLOOR_S = {
     "ratio": 15.0,
     "scaling": 15.0,
     "rows1000": 15.0,
+    "batch": 15.0,
 }
 
 

@@ -58,6 +58,7 @@ def launch(
             health = READY_PATH
             paths = {
                 "predict": "/predict",
+                "predict_prediction": "/predict",
                 "columnar": "/predict",
                 "oip": f"/v2/models/{b.name}/infer",
                 "oip_binary": f"/v2/models/{b.name}/infer",
@@ -65,6 +66,7 @@ def launch(
             }
             formats = {
                 "predict": "native",
+                "predict_prediction": "native_prediction",
                 "columnar": "columnar",
                 "oip": "oip",
                 "oip_binary": "binary",

@@ -102,3 +102,28 @@ def test_rows1000_takes_turns_and_reports_each_server_over_the_floor() -> None:
     assert ratios["http_1000_baseline_over_floor"]["value"] == round(1000 / 95 / 2.0, 2)
     # Measured in the default matrix without a baseline: no empty baseline row.
     assert "http_1000_baseline_over_floor" not in compute_ratios(runs[:6], floor)["demo"]
+
+
+def test_batch_alternates_ours_and_bare_and_reports_the_1000_row_ratios() -> None:
+    plan = build_plan(["demo"], "batch", rounds=2)
+    assert [g.server.label for g in plan] == ["demo ours 1w sqlite", "demo bare 1w"] * 2
+    ours = {(r.route, r.rows, r.connections) for r in plan[0].runs}
+    assert ours == {
+        ("predict_prediction", 1000, 1), ("predict_prediction", 1000, 8),
+        ("predict", 1000, 1), ("predict", 1000, 8), ("predict", 1, 32), ("grpc", 1, 32),
+    }  # fmt: skip
+    assert {(r.route, r.rows) for r in plan[1].runs} == {("predict", 1000), ("predict", 1)}
+
+    def big(server: str, audit: str, route: str, c: int, req_per_s: float) -> dict[str, Any]:
+        return {**_run(server, audit, req_per_s), "route": route, "rows": 1000, "connections": c}
+
+    runs = [
+        *(big("ours", "sqlite", "predict_prediction", 1, r) for r in (400.0, 500.0, 450.0)),
+        *(big("ours", "sqlite", "predict", 8, r) for r in (200.0, 210.0, 190.0)),
+        *(big("bare", "-", "predict", 1, r) for r in (600.0, 500.0, 550.0)),
+        *(big("bare", "-", "predict", 8, r) for r in (700.0, 650.0, 600.0)),
+    ]
+    ratios = compute_ratios(runs, {})["demo"]
+    assert ratios["rows1000_prediction_over_bare_c1"]["value"] == round(450 / 550, 3)
+    assert ratios["rows1000_default_over_bare_c8"]["value"] == round(200 / 650, 3)
+    assert ratios["rows1000_default_over_bare_c1"]["value"] is None

@@ -22,6 +22,7 @@ import numpy as np
 import orjson
 
 from app.audit.store import packing
+from app.bundle.digits import float32_values, significant
 from app.bundle.mixture import INTERVAL
 from app.contract.answers import UNCERTAINTY
 
@@ -250,15 +251,18 @@ def _labelled(p: np.ndarray, classes: list[Any]) -> list[dict[str, Any]]:
     labels, keys = p.argmax(axis=1).tolist(), [str(c) for c in classes]
     return [
         {"label": classes[labels[i]], "probabilities": dict(zip(keys, r, strict=True))}
-        for i, r in enumerate(p.tolist())
+        for i, r in enumerate(float32_values(p))
     ]
 
 
 def instances_json(a: packing.Answer, version: Version) -> list[dict[str, Any]]:
     experts = version.expert_names
     n, m = a.weights.shape
-    w = a.weights.tolist()
-    u = a.uncertainty.tolist()
+    # Numbers as the answer wrote them (app.bundle.digits).
+    if version.task == "classification":
+        w, u = float32_values(a.weights), float32_values(a.uncertainty)
+    else:
+        w, u = significant(a.weights).tolist(), significant(a.uncertainty).tolist()
     classes = version.class_labels
     own: list[list[dict[str, Any]]] | None = None
     if version.task == "classification":
@@ -269,15 +273,17 @@ def instances_json(a: packing.Answer, version: Version) -> list[dict[str, Any]]:
     else:
         prediction = [
             {"mean": x, "std": b, "interval": {"level": INTERVAL, "lower": lo, "upper": hi}}
-            for x, b, lo, hi in a.prediction.tolist()
+            for x, b, lo, hi in significant(a.prediction).tolist()
         ]
         if a.expert_outputs is not None:
             spread = a.expert_spread
-            sds = np.ones(m) if spread is None else spread[:-1].reshape(-1, m)
+            sds = np.ones(m) if spread is None else significant(spread[:-1].reshape(-1, m))
             own = [
                 [{"mean": mu, "std": s} for mu, s in zip(means, std, strict=True)]
                 for means, std in zip(
-                    a.expert_outputs.tolist(), np.broadcast_to(sds, (n, m)).tolist(), strict=True
+                    significant(a.expert_outputs).tolist(),
+                    np.broadcast_to(sds, (n, m)).tolist(),
+                    strict=True,
                 )
             ]
     out = []

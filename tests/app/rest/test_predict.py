@@ -77,7 +77,7 @@ def test_classification_equals_the_estimator(demo: Client, bundles: Bundles) -> 
 
     weights = np.array([[it["weights"][e] for e in experts] for it in items])
     np.testing.assert_allclose(weights, est.weights(X), atol=TOL, rtol=0)
-    np.testing.assert_allclose(weights.sum(axis=1), 1.0, atol=1e-9)
+    np.testing.assert_allclose(weights.sum(axis=1), 1.0, atol=1e-7)  # float32 text
 
     own = clip_proba(est.expert_outputs(X))
     for j, e in enumerate(experts):
