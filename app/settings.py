@@ -96,6 +96,11 @@ class Settings(BaseSettings):
     unknown_category: Literal["reject", "missing"] = Field(
         "reject", description="an unseen category: a 422 naming it, or treated as missing"
     )
+    ignore_training_columns: bool = Field(
+        False,
+        description="a row may also hold the training file's target and --drop columns, "
+        "which are ignored; off: they are refused as unknown_feature",
+    )
     batching: bool = Field(True, description="concurrent small requests share one run of the graph")
     # 0: the requests in flight that a batch waited for were mostly awaiting their audit
     # commit, and cannot join it; REST at 32 connections served 9-19% more without the

@@ -74,10 +74,21 @@ class FeatureTable:
     rule: Normaliser
     missing_token: str
     map_unknown_to_missing: bool
+    # Keys a row may hold that are read as absent: the training file's target and dropped
+    # columns, with IABMA_IGNORE_TRAINING_COLUMNS (docs/data.md).
+    ignored: frozenset[str] = frozenset()
 
     @classmethod
-    def from_manifest(cls, manifest: Manifest, unknown_category: str) -> FeatureTable:
+    def from_manifest(
+        cls, manifest: Manifest, unknown_category: str, ignore_training_columns: bool = False
+    ) -> FeatureTable:
         rule = manifest.input_rule.normaliser()
+        ignored: frozenset[str] = frozenset()
+        if ignore_training_columns:
+            dropped = [str(c) for c in manifest.training.get("drop", ())]
+            ignored = frozenset([manifest.target.name, *dropped]) - {
+                f.name for f in manifest.features
+            }
         return cls(
             names=tuple(f.name for f in manifest.features),
             inputs={f.name: f.input for f in manifest.features},
@@ -90,6 +101,7 @@ class FeatureTable:
             rule=rule,
             missing_token=manifest.missing_token,
             map_unknown_to_missing=unknown_category == "missing",
+            ignored=ignored,
         )
 
     @property
@@ -220,7 +232,7 @@ class FeatureTable:
         values: dict[str, list[Any]] = {name: [] for name in self.names}
         for i, row in enumerate(rows):
             for key in row:
-                if key not in values:
+                if key not in values and key not in self.ignored:
                     faults.append(
                         Fault(
                             "unknown_feature",
