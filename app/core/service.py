@@ -97,7 +97,9 @@ class Service:
             "serving %s version %s from %s", model.name, model.version, model.predictor.bundle.path
         )
         histogram = model.manifest.gate.weight_histogram
-        self.metrics.serving((model.name, model.version), None, model.experts, histogram)
+        self.metrics.serving(
+            (model.name, model.version), None, model.experts, histogram, model.manifest
+        )
         self._tasks.append(
             asyncio.create_task(self.metrics.run_flusher(self._audit_depth), name="iabma-metrics")
         )
@@ -273,6 +275,7 @@ class Service:
         model, pred = result.model, result.prediction
         labels, experts = model.labels, model.experts
         self.metrics.predicted(labels, request.route, experts, pred.weights, pred.seconds)
+        self.metrics.inputs.observe(labels, request.columns)
 
     # -- admin -------------------------------------------------------------------------------
     def check_admin(self, authorization: str | None) -> None:

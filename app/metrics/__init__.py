@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from app.bundle.manifest import WeightHistogram
+from app.bundle.manifest import Manifest, WeightHistogram
 from app.metrics.buffer import (
     CounterBuffer,
     GaugeBuffer,
@@ -33,6 +33,7 @@ from app.metrics.families import (
     WEIGHT_BUCKETS,
     families,
 )
+from app.metrics.inputs import InputWindow
 from app.metrics.store import multiprocess_dir
 from app.metrics.workers import WorkerProcessCollector
 
@@ -74,6 +75,7 @@ class ServiceMetrics:
         self.window = WeightWindow(drift_window_seconds)
         self._predicted: list[tuple[Labels, str, Sequence[str], np.ndarray, float]] = []
         self.window_rows = GaugeBuffer(f.drift_window)
+        self.inputs = InputWindow(drift_window_seconds)
         self._buffers = (
             self.requests, self.request_seconds, self.rows, self.graph_seconds,
             self.batch_requests, self.batch_waits, self.gate_weight, self.audit_depth,
@@ -83,7 +85,8 @@ class ServiceMetrics:
         self._gc = (f.gc_collections, f.gc_collected, f.gc_uncollectable)
         self.registry = CollectorRegistry(auto_describe=False)
         shared = MultiProcessCollector(None, path=str(self.directory))
-        self.drift = DriftCollector(shared, self.window, drift_min_rows)
+        derived = (lambda fs: self.inputs.derive(fs, drift_min_rows),)
+        self.drift = DriftCollector(shared, self.window, drift_min_rows, derived)
         self.registry.register(self.drift)
         self.registry.register(WorkerProcessCollector(self.directory))
         PlatformCollector(registry=self.registry)
@@ -153,11 +156,15 @@ class ServiceMetrics:
         previous: Labels | None,
         experts: Sequence[str] = (),
         histogram: WeightHistogram | None = None,
+        manifest: Manifest | None = None,
     ) -> None:
         """Mark ``model`` as this worker's served version (and ``previous`` as no longer);
-        watch its weights for drift against ``histogram``, its training rows' weights."""
+        watch its weights for drift against ``histogram``, its training rows' weights, and
+        its inputs against the ``manifest``'s reference."""
         if histogram is not None:
             self.window.watch(model, experts, histogram)
+        if manifest is not None:
+            self.inputs.watch(model, manifest)
         if previous is not None and previous != model:
             self.served.set(previous, 0)
         self.served.set(model, 1)
@@ -168,6 +175,7 @@ class ServiceMetrics:
         """Move this process's buffered updates into the shared files (event loop thread)."""
         self._count_predictions()
         self.window.share(self.window_rows)
+        self.inputs.flush()
         for buffer in self._buffers:
             buffer.flush()
         with _GC_LOCK:

@@ -86,4 +86,5 @@ def export(
             **({"experts_file": str(args.experts)} if args.experts is not None else {}),
         },
         publish=args.publish,
+        held_out=(test.X, test.y),
     )

@@ -24,8 +24,10 @@ from sklearn.base import BaseEstimator, clone
 
 from app.bundle.columns import Columns
 from app.bundle.drift import weight_counts
+from app.bundle.manifest import MISSING_TOKEN
 from app.bundle.normalise import Normaliser, rule_for
 from app.bundle.prior import expert_energy, prior_from_energy
+from app.bundle.reference import input_reference
 from training.combiners.base import Combiner
 from training.combiners.iabma_gate import IABMAGate
 from training.combiners.registry import make_combiner
@@ -170,7 +172,14 @@ class _IABMABase(BaseEstimator):
         self.data_fingerprint_ = fingerprint(X, y.to_numpy())
         self.n_features_in_ = X.shape[1]
         self.feature_names_in_ = np.asarray(X.columns, dtype=object)
-        return self._read(X), y_fit
+        data = self._read(X)
+        # The training inputs' bins: the bundle's reference for input drift.
+        self.input_reference_ = input_reference(
+            [(f.name, f.input, f.categories) for f in self.schema_.features],
+            data.columns,
+            MISSING_TOKEN,
+        )
+        return data, y_fit
 
     def features(self, X: Any) -> FeatureData:
         """``X`` read by the schema learnt in :meth:`prepare`."""

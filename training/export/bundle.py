@@ -35,6 +35,7 @@ from training.export.entries import (
     target_spec,
     training_info,
 )
+from training.export.reference import performance_reference
 from training.export.served import check_served
 from training.onnx_graph import GraphBuilder
 
@@ -116,11 +117,13 @@ def export_bundle(
     expert_metrics: dict[str, dict[str, float]] | None = None,
     training: dict[str, Any] | None = None,
     publish: bool = True,
+    held_out: tuple[Any, Any] | None = None,
 ) -> Path:
     """Export ``est`` and return the new version's directory.
 
     ``X_check`` holds raw rows (e.g. the test split) on which every ONNX graph must agree
-    with the in-memory estimator before the bundle is written.
+    with the in-memory estimator before the bundle is written. ``held_out`` (X, y), rows
+    the estimator did not learn from, gives the realised-NLL reference of the alerts.
     """
     if not hasattr(est, "combiner_"):
         raise ParameterError("est", type(est).__name__, "is not fitted")
@@ -137,6 +140,7 @@ def export_bundle(
         raise ParameterError(
             "version", version, f"already exists under {root}; versions are immutable"
         )
+    reference = None if held_out is None else performance_reference(est, *held_out)
     tmp = root / f".tmp-{version}-{os.getpid()}"
     (tmp / "experts").mkdir(parents=True)
     try:
@@ -166,6 +170,8 @@ def export_bundle(
             training={**training_info(est, diffs), **(training or {})},
             metrics=metrics or {},
             data_fingerprint=est.data_fingerprint_,
+            input_reference=getattr(est, "input_reference_", None),
+            performance_reference=reference,
             library_versions=library_versions(),
             created_at=datetime.now(UTC),
         )
