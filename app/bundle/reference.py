@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 QUANTILES = tuple(round(0.1 * k, 1) for k in range(1, 10))  # the deciles cut the range
 MIXTURE_KEY = "_mixture"  # the mixture among the experts: no expert name starts with _
+NLL_CAP = float(-np.log(1e-300))  # the server's cap on one row's NLL (app.audit.scores)
 
 
 class FeatureReference(BaseModel):

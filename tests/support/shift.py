@@ -40,6 +40,7 @@ def shifted_bundle(root: Path, seed: int = 0) -> Shift:
     from sklearn.linear_model import LogisticRegression
 
     from training.estimator import IABMAClassifier
+    from training.evaluate import performance_reference
     from training.experts.spec import Expert
     from training.export.bundle import export_bundle
 
@@ -47,5 +48,6 @@ def shifted_bundle(root: Path, seed: int = 0) -> Shift:
     X = pd.DataFrame(rows)
     experts = [Expert("lda", LinearDiscriminantAnalysis()), Expert("logit", LogisticRegression())]
     est = IABMAClassifier(experts, cv=3, random_state=seed).fit(X.head(800), y[:800])
-    path = export_bundle(est, root / "store", "shift", X.tail(400), held_out=(X.tail(400), y[800:]))
+    held = performance_reference(est, X.tail(400), y[800:])
+    path = export_bundle(est, root / "store", "shift", X.tail(400), performance=held)
     return Shift(root / "store", path.name)
