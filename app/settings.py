@@ -125,6 +125,13 @@ class Settings(BaseSettings):
     drift_min_rows: int = Field(
         100, ge=1, le=10_000_000, description="rows the window needs before drift is reported"
     )
+    realised_window_rows: int = Field(
+        500,
+        ge=10,
+        le=1_000_000,
+        description="the last outcomes per worker whose realised NLL the alert gauges compare "
+        "with the bundle's held-out reference",
+    )
     drain_seconds: float = Field(
         0.0, ge=0, le=300, description="after SIGTERM, keep serving this long with /readyz 503"
     )

@@ -54,7 +54,9 @@ class Service:
         self.settings = settings
         self.tracing = tracing if tracing is not None else Tracing(None)
         self.runtime = ModelRuntime(settings)
-        self.metrics = ServiceMetrics(settings.drift_window_seconds, settings.drift_min_rows)
+        self.metrics = ServiceMetrics(
+            settings.drift_window_seconds, settings.drift_min_rows, settings.realised_window_rows
+        )
         self.store: AuditStore | None = None
         self.writer: AuditWriter | None = None
         self.in_flight = 0  # requests inside infer(), which the batcher waits for

@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from app.bundle.manifest import Manifest, WeightHistogram
+from app.metrics.alerts import RealisedWindow
 from app.metrics.buffer import (
     CounterBuffer,
     GaugeBuffer,
@@ -50,7 +51,12 @@ _GC_SEEN = [[0, 0, 0] for _ in range(3)]
 class ServiceMetrics:
     """Buffered families of one app; ``flush`` shares them, ``render`` exposes all workers."""
 
-    def __init__(self, drift_window_seconds: float = 3600.0, drift_min_rows: int = 100) -> None:
+    def __init__(
+        self,
+        drift_window_seconds: float = 3600.0,
+        drift_min_rows: int = 100,
+        realised_window_rows: int = 500,
+    ) -> None:
         from prometheus_client import CollectorRegistry, PlatformCollector
         from prometheus_client.multiprocess import MultiProcessCollector
 
@@ -76,6 +82,7 @@ class ServiceMetrics:
         self._predicted: list[tuple[Labels, str, Sequence[str], np.ndarray, float]] = []
         self.window_rows = GaugeBuffer(f.drift_window)
         self.inputs = InputWindow(drift_window_seconds)
+        self.realised = RealisedWindow(realised_window_rows)
         self._buffers = (
             self.requests, self.request_seconds, self.rows, self.graph_seconds,
             self.batch_requests, self.batch_waits, self.gate_weight, self.audit_depth,
@@ -85,7 +92,10 @@ class ServiceMetrics:
         self._gc = (f.gc_collections, f.gc_collected, f.gc_uncollectable)
         self.registry = CollectorRegistry(auto_describe=False)
         shared = MultiProcessCollector(None, path=str(self.directory))
-        derived = (lambda fs: self.inputs.derive(fs, drift_min_rows),)
+        derived = (
+            lambda fs: self.inputs.derive(fs, drift_min_rows),
+            lambda fs: self.realised.derive(fs, drift_min_rows),
+        )
         self.drift = DriftCollector(shared, self.window, drift_min_rows, derived)
         self.registry.register(self.drift)
         self.registry.register(WorkerProcessCollector(self.directory))
@@ -149,6 +159,7 @@ class ServiceMetrics:
         self.feedback.inc((*model, "accepted"), k)
         for name, total in zip((MIXTURE, *experts), nll.sum(axis=0).tolist(), strict=True):
             self.realised_nll.observe_total((*model, name), k, total)
+        self.realised.observe(model, nll)
 
     def serving(
         self,
@@ -165,6 +176,7 @@ class ServiceMetrics:
             self.window.watch(model, experts, histogram)
         if manifest is not None:
             self.inputs.watch(model, manifest)
+            self.realised.watch(model, manifest)
         if previous is not None and previous != model:
             self.served.set(previous, 0)
         self.served.set(model, 1)
@@ -176,6 +188,7 @@ class ServiceMetrics:
         self._count_predictions()
         self.window.share(self.window_rows)
         self.inputs.flush()
+        self.realised.flush()
         for buffer in self._buffers:
             buffer.flush()
         with _GC_LOCK:
