@@ -83,3 +83,24 @@ def change_point(
         "nll_after": float(x[tau:].mean()),
         "refit_gain": gain,
     }
+
+
+def trail_change_point(engine: Any, flt: Any) -> tuple[int, dict[str, Any] | None]:
+    """The outcome rows ``flt`` selects in the trail, and their suggested change (the
+    mixture's stored NLL; experts left out): what ``iabma refit --since auto`` starts at."""
+    from app.audit.outcome_filter import scored
+    from app.audit.scores import KINDS, NLL_CAP
+
+    times, nll = [], []
+    for row in scored(engine, flt):
+        at, s = row[0], row[3]
+        if type(at) is not int or not isinstance(s, bytes | memoryview):
+            continue
+        s = bytes(s)
+        if not s or len(s) % (8 * KINDS):
+            continue
+        first = float(np.frombuffer(s[:8], "<f8")[0])  # the mixture's NLL comes first
+        if math.isfinite(first):
+            times.append(at)
+            nll.append(min(first, NLL_CAP))
+    return len(nll), change_point(np.array(times, dtype=np.int64), np.array(nll), {})
