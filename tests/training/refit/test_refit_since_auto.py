@@ -3,6 +3,7 @@ GET /performance suggests, on the covariate-shift replay; no change is a one-lin
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -54,6 +55,14 @@ def test_since_auto_refits_on_the_rows_after_the_change(
     rows_after = int(out.split("then ")[1].split(" at ")[0].replace(",", ""))
     assert abs(rows_after - 400) <= 100
     assert f"on {rows_after:,} outcome rows" in out
+    new = json.loads((Path(out.split("staged ")[1].split(";")[0]) / "manifest.json").read_text())
+    held = new["training"]["refit"]["n_held_out"]
+    reference = new["performance_reference"]
+    assert reference["rows"] == held and set(reference["nll"]) == {"_mixture", "lda", "logit"}
+    gate = new["gate"]["combiner"]
+    assert reference["nll"]["_mixture"]["mean"] == pytest.approx(new["metrics"][gate]["nll"])
+    for e in new["experts"]:  # the bundle page's experts: on the same held-out rows
+        assert e["metrics"]["nll"] == pytest.approx(reference["nll"][e["name"]]["mean"])
 
 
 def test_since_auto_without_a_change_names_the_option(
