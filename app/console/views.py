@@ -15,6 +15,7 @@ from typing import Any
 from app.audit.store import RecordFilter, decode_cursor
 from app.bundle.manifest import check_safe_name
 from app.console import charts, queries
+from app.console.drift import console_drift
 from app.console.versions import stored_versions
 from app.contract.request import REQUEST_ID
 from app.core import performance as realised
@@ -29,7 +30,7 @@ FILTERS = ("since", "until", "expert", "version")
 PAGE_PARAMS = {
     "decisions": (*FILTERS, "cursor"),
     "timeline": FILTERS,
-    "performance": FILTERS,
+    "performance": (*FILTERS, "buckets"),
     "record": ("request_id",),
 }
 
@@ -178,10 +179,13 @@ async def performance(service: Service, model: LoadedModel, query: Mapping[str, 
     time, trust calibration; and the drift of the gate's weights now."""
     filters = parse_filters(model, query, 1)
     flt = filters.record_filter
+    slots = realised.parse_buckets(query.get("buckets") or None)
+    if query.get("buckets"):
+        filters.values["buckets"] = query["buckets"]
     store = service.require_store()
     report = await service.read_store(
         realised.report, store.engine, model.name, model.task, flt.since_us, flt.until_us,
-        flt.version,
+        flt.version, None, slots,
     )  # fmt: skip
     experts = list(report["experts"])
     buckets = report["buckets"]
@@ -217,6 +221,7 @@ async def performance(service: Service, model: LoadedModel, query: Mapping[str, 
         ),
         "drift_min_rows": service.settings.drift_min_rows,
         "versions": _versions_seen(service, model),
+        **await console_drift(service, model),
     }
 
 
