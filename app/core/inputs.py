@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import math
 import re
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
@@ -77,6 +78,9 @@ class FeatureTable:
     # Keys a row may hold that are read as absent: the training file's target and dropped
     # columns, with IABMA_IGNORE_TRAINING_COLUMNS (docs/data.md).
     ignored: frozenset[str] = frozenset()
+    # Values of each categorical feature that are no training level, refused or read as
+    # missing; the metrics drain it into input drift (app.metrics.inputs).
+    unseen: Counter[str] = field(default_factory=Counter, compare=False, repr=False)
 
     @classmethod
     def from_manifest(
@@ -159,8 +163,10 @@ class FeatureTable:
         if isinstance(value, NonFinite):
             return None, ("wrong_type", f"expected a string or null, got {value.token}")
         cat, problem = self.categories[name].lookup(value)
-        if problem is not None and problem[0] == "unknown_category" and self.map_unknown_to_missing:
-            return None, None
+        if problem is not None and problem[0] == "unknown_category":
+            self.unseen[name] += 1
+            if self.map_unknown_to_missing:
+                return None, None
         return cat, problem
 
     def columns(self, rows: Sequence[Mapping[str, Any]], field_of: FieldName) -> Columns:

@@ -100,7 +100,12 @@ class Service:
         )
         histogram = model.manifest.gate.weight_histogram
         self.metrics.serving(
-            (model.name, model.version), None, model.experts, histogram, model.manifest
+            (model.name, model.version),
+            None,
+            model.experts,
+            histogram,
+            model.manifest,
+            model.features,
         )
         self._tasks.append(
             asyncio.create_task(self.metrics.run_flusher(self._audit_depth), name="iabma-metrics")

@@ -14,6 +14,7 @@ import asyncio
 import gc
 import threading
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -168,6 +169,7 @@ class ServiceMetrics:
         experts: Sequence[str] = (),
         histogram: WeightHistogram | None = None,
         manifest: Manifest | None = None,
+        table: Any = None,
     ) -> None:
         """Mark ``model`` as this worker's served version (and ``previous`` as no longer);
         watch its weights for drift against ``histogram``, its training rows' weights, and
@@ -175,7 +177,7 @@ class ServiceMetrics:
         if histogram is not None:
             self.window.watch(model, experts, histogram)
         if manifest is not None:
-            self.inputs.watch(model, manifest)
+            self.inputs.watch(model, manifest, table)
             self.realised.watch(model, manifest)
         if previous is not None and previous != model:
             self.served.set(previous, 0)

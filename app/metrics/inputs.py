@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import collections
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from functools import cache
@@ -60,6 +61,13 @@ def input_families() -> dict[str, Any]:
             labels,
             registry=None,
         ),
+        "unseen": prom.Counter(
+            "iabma_unseen_levels_total",
+            "Served values of a categorical feature that are no training level: refused "
+            "(IABMA_UNKNOWN_CATEGORY=reject) or read as missing.",
+            labels,
+            registry=None,
+        ),
         "constant": prom.Gauge(
             "iabma_gate_constant",
             "1 when the served gate gives every row the same weights (a pool): "
@@ -77,6 +85,8 @@ class Watched:
 
     features: tuple[FeatureReference, ...]
     missing_token: str
+    unseen: Counter[str] | None = None  # the feature table's unseen levels, to drain
+    map_unknown: bool = False  # an unseen level was served as missing
     slices: collections.deque[tuple[int, list[np.ndarray]]] = field(
         default_factory=collections.deque
     )
@@ -114,8 +124,11 @@ class InputWindow:
         self.out_of_range = CounterBuffer(f["out_of_range"])
         self.missing = CounterBuffer(f["missing"])
         self.constant = GaugeBuffer(f["constant"])
+        self.unseen_levels = CounterBuffer(f["unseen"])
 
-    def watch(self, labels: Labels, manifest: Manifest) -> None:
+    def watch(self, labels: Labels, manifest: Manifest, table: Any = None) -> None:
+        """Watch a served version's inputs; ``table`` (its FeatureTable) counts the
+        unseen levels it meets."""
         from app.bundle.drift import gate_constant
 
         self.constant.set(labels, float(gate_constant(manifest)))
@@ -126,7 +139,12 @@ class InputWindow:
             # Only what the features still are (a hand-edited manifest may differ).
             known = {(f.name, f.input) for f in manifest.features}
             refs = tuple(r for r in reference.features if (r.name, r.input) in known)
-            self.watched[labels] = Watched(refs, manifest.missing_token)
+            self.watched[labels] = Watched(
+                refs,
+                manifest.missing_token,
+                getattr(table, "unseen", None),
+                bool(getattr(table, "map_unknown_to_missing", False)),
+            )
 
     def observe(self, labels: Labels, columns: Mapping[str, np.ndarray]) -> None:
         """A durable prediction's columns, counted at the next flush."""
@@ -162,6 +180,25 @@ class InputWindow:
                     self.out_of_range.inc(key, outside)
                 if got[-1]:
                     self.missing.inc(key, int(got[-1]))
+        for labels, w in self.watched.items():
+            self._drain_unseen(labels, w)
+
+    def _drain_unseen(self, labels: Labels, w: Watched) -> None:
+        """The unseen levels the feature table met since the last flush, into the unseen
+        bin (out of the missing one where they were served as missing) and the counter."""
+        if not w.unseen:
+            return
+        taken = dict(w.unseen)
+        w.unseen.subtract(taken)  # what another thread adds meanwhile stays for next time
+        counts = self._current(w)
+        for k, ref in enumerate(w.features):
+            n = taken.get(ref.name, 0)
+            if ref.kind != "categorical" or n <= 0:
+                continue
+            counts[k][-2] += n
+            if w.map_unknown:
+                counts[k][-1] -= min(n, int(counts[k][-1]))
+            self.unseen_levels.inc((*labels, ref.name), n)
 
     def flush(self) -> None:
         """Count what is pending and share this worker's window into the shared gauge."""
@@ -175,7 +212,8 @@ class InputWindow:
                     if self._shared.get(key) != value:  # a write only where a count moved
                         self._shared[key] = value
                         self.window_rows.set(key, float(value))
-        for buffer in (self.window_rows, self.out_of_range, self.missing, self.constant):
+        buffers = (self.window_rows, self.out_of_range, self.missing, self.unseen_levels)
+        for buffer in (*buffers, self.constant):
             buffer.flush()
 
     # -- at a scrape: the window of every live worker against training ------------------------

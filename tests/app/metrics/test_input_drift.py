@@ -116,3 +116,32 @@ def test_gate_constant_says_when_weight_drift_cannot_move(bundles: Bundles, tmp_
             wait_for(flushed, 10, "a flush")
             samples, _ = scrape(app)
             assert value(samples, "iabma_gate_constant", **labels) == float(constant)
+
+
+@pytest.mark.parametrize("mode", ["reject", "missing"])
+def test_unseen_levels_are_counted_refused_or_read_as_missing(
+    bundles: Bundles, tmp_path: Path, mode: str
+) -> None:
+    rows = bundles.creditcls.instances([0, 1, 2])
+    odd = {**rows[0], "purpose": "spaceship"}
+    settings = make_settings(bundles.store, tmp_path, "creditcls", unknown_category=mode)
+    with AsgiHarness(settings) as app:
+        r = app.post("/predict", json={"instances": [*rows, odd]})
+        assert r.status_code == (422 if mode == "reject" else 200), r.text
+        if mode == "reject":
+            assert app.post("/predict", json={"instances": rows}).status_code == 200
+
+        def purpose() -> dict:
+            return next(
+                f for f in app.get("/drift").json()["features"] if f["feature"] == "purpose"
+            )
+
+        wait_for(lambda: purpose()["unseen"] == 1, 10, "the unseen level in the window")
+        # Refused, the unseen value is its feature's one value of that request.
+        assert purpose()["rows"] == 4
+        assert purpose()["missing"] == 0, "an unseen level read as missing is not counted twice"
+        samples, _ = scrape(app)
+        assert (
+            total(samples, "iabma_unseen_levels_total", model_name="creditcls", feature="purpose")
+            >= 1
+        )
