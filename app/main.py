@@ -32,7 +32,17 @@ from app.rest.access import AccessGuard
 from app.rest.front import Front
 from app.rest.openapi import install as install_openapi
 from app.rest.responses import install_error_handlers
-from app.rest.routes import admin, console, feedback, health, metrics, oip, predict, weights
+from app.rest.routes import (
+    admin,
+    console,
+    drift,
+    feedback,
+    health,
+    metrics,
+    oip,
+    predict,
+    weights,
+)
 from app.settings import Settings, load_settings
 
 log = logging.getLogger("iabma.app")
@@ -140,7 +150,7 @@ def create_app(settings: Settings | None = None) -> ServingApp:
     ring = KeyRing.from_settings(settings)
     if settings.audit_payload == "full" and Role.AUDITOR not in ring.keys:
         log.warning("IABMA_AUDIT_PAYLOAD=full and no auditor or API keys: /weights is open")
-    routers = [predict, weights, feedback, health, admin, oip, console]
+    routers = [predict, weights, feedback, drift, health, admin, oip, console]
     if settings.metrics_port is None:
         routers.append(metrics)
     for module in routers:

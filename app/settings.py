@@ -96,6 +96,11 @@ class Settings(BaseSettings):
     unknown_category: Literal["reject", "missing"] = Field(
         "reject", description="an unseen category: a 422 naming it, or treated as missing"
     )
+    ignore_training_columns: bool = Field(
+        False,
+        description="a row may also hold the training file's target and --drop columns, "
+        "which are ignored; off: they are refused as unknown_feature",
+    )
     batching: bool = Field(True, description="concurrent small requests share one run of the graph")
     # 0: the requests in flight that a batch waited for were mostly awaiting their audit
     # commit, and cannot join it; REST at 32 connections served 9-19% more without the
@@ -119,6 +124,13 @@ class Settings(BaseSettings):
     )
     drift_min_rows: int = Field(
         100, ge=1, le=10_000_000, description="rows the window needs before drift is reported"
+    )
+    realised_window_rows: int = Field(
+        500,
+        ge=10,
+        le=1_000_000,
+        description="the last outcomes per worker whose realised NLL the alert gauges compare "
+        "with the bundle's held-out reference",
     )
     drain_seconds: float = Field(
         0.0, ge=0, le=300, description="after SIGTERM, keep serving this long with /readyz 503"

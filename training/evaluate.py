@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from app.bundle.mixture import mix_classification, mix_regression
+from app.bundle.reference import MIXTURE_KEY, NLL_CAP, NllReference, PerformanceReference
 from training.estimator import IABMAClassifier, IABMARegressor
 from training.metrics import classification_scores, regression_scores
 
@@ -118,6 +119,29 @@ def plain_comparison(est: IABMAClassifier | IABMARegressor, X: Any, y: Any) -> d
         "within_one_se": bool(diff.mean() <= se),  # not worse by more than one SE
         "resamples": BOOTSTRAP_RESAMPLES,
     }
+
+
+def performance_reference(
+    est: IABMAClassifier | IABMARegressor, X: Any, y: Any
+) -> PerformanceReference:
+    """The bundle's held-out reference for realised-performance alerts: mean and sd of the
+    per-row NLL (capped as the server caps it) of the mixture and of each expert alone on
+    ``(X, y)``, rows the estimator did not learn from."""
+    y_enc = est.encode_target(y)
+    outputs = est.expert_outputs(X)
+    s = _sigmas(est, X)
+    n, m = outputs.shape[:2]
+    rows = {MIXTURE_KEY: row_nll(est, outputs, est.weights(X), y_enc, est.mixture_temperature_, s)}
+    for j, name in enumerate(est.expert_names_):
+        rows[name] = row_nll(est, outputs, np.eye(m)[np.full(n, j)], y_enc, sigmas=s)
+    capped = {k: np.minimum(v, NLL_CAP) for k, v in rows.items()}
+    return PerformanceReference(
+        rows=n,
+        nll={
+            k: NllReference(mean=float(v.mean()), sd=float(v.std(ddof=1)))
+            for k, v in capped.items()
+        },
+    )
 
 
 def comparison_verdict(difference: float, se: float) -> str:

@@ -23,6 +23,7 @@ from pydantic import (
 )
 
 from app.bundle.normalise import Normaliser
+from app.bundle.reference import MIXTURE_KEY, InputReference, PerformanceReference
 
 SCHEMA_VERSION: Final = 4
 # Version 4 added the gate's weight histogram; a version-3 bundle serves without drift.
@@ -253,6 +254,10 @@ class Manifest(_Strict):
     training: dict[str, Any] = Field(default_factory=dict)
     metrics: dict[str, dict[str, float]] = Field(default_factory=dict)
     data_fingerprint: str
+    # The training inputs' bins, for input drift; older bundles serve without it.
+    input_reference: InputReference | None = None
+    # The held-out rows' realised NLL, for realised-performance alerts (or None).
+    performance_reference: PerformanceReference | None = None
     library_versions: dict[str, str] = Field(default_factory=dict)
     created_at: datetime
 
@@ -294,6 +299,9 @@ class Manifest(_Strict):
         histogram = self.gate.weight_histogram
         if histogram is not None and sorted(histogram.counts) != sorted(experts):
             raise ValueError("the gate's weight histogram needs one count list per expert")
+        held = self.performance_reference
+        if held is not None and sorted(held.nll) != sorted([*experts, MIXTURE_KEY]):
+            raise ValueError("the performance reference needs every expert and the mixture")
         files = [e.file for e in self.experts] + [self.gate.file, self.ensemble.file]
         if len(set(files)) != len(files):
             raise ValueError("bundle files must be distinct")

@@ -8,7 +8,12 @@ the same bin on either.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
+
+if TYPE_CHECKING:
+    from app.bundle.manifest import Manifest
 
 # Ten equal bins of [0, 1]: the last one holds 1.
 WEIGHT_EDGES: tuple[float, ...] = tuple(round(0.1 * k, 1) for k in range(11))
@@ -40,3 +45,16 @@ def psi(served: np.ndarray, reference: np.ndarray) -> np.ndarray:
     s = np.maximum(s / np.maximum(s.sum(axis=-1, keepdims=True), 1.0), SHARE_FLOOR)
     r = np.maximum(r / np.maximum(r.sum(axis=-1, keepdims=True), 1.0), SHARE_FLOOR)
     return np.sum((s - r) * np.log(s / r), axis=-1)
+
+
+def gate_constant(manifest: Manifest) -> bool:
+    """Whether the shipped gate gives every row the same weights (a pool), so that weight
+    drift cannot move: the gate's own record of what it shipped when it has one (an IA-BMA
+    gate that fell back to a pool), else every expert's training weights in one bin."""
+    selected = manifest.gate.params.get("selected")
+    if isinstance(selected, dict) and isinstance(selected.get("gate"), str):
+        return bool(selected["gate"] != "network")
+    histogram = manifest.gate.weight_histogram
+    if histogram is None:
+        return False
+    return all(sum(1 for c in counts if c) <= 1 for counts in histogram.counts.values())

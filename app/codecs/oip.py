@@ -155,6 +155,8 @@ def decode(
         if not isinstance(t, dict) or not isinstance(t.get("name"), str):
             raise _bad(where, "expected a tensor object with a name")
         name = t["name"]
+        if name in table.ignored:
+            continue
         if name not in table.inputs:
             raise _bad(
                 f"{where}.name",

@@ -33,6 +33,9 @@ class Series:
     dash: str
     paths: list[str]  # one polyline per unbroken run of values
     values: str  # every value as text, "-" where there is none
+    # Every value's point: a marker, so that a run of one value (a lone bucket of sparse
+    # traffic) is drawn too; a missing value is a gap, not a point.
+    points: tuple[tuple[float, float], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -73,9 +76,12 @@ def line_chart(
     span = (hi - lo) or 1.0
     y_lo, y_hi = y
     y_span = (y_hi - y_lo) or 1.0
+    y_values = [y_lo + y_span * k / 4 for k in range(5)]
+    y_labels = [tick_label(v) for v in y_values]
+    left = left_margin(y_labels)
 
     def px(v: float) -> float:
-        return LEFT + (v - lo) / span * (right - LEFT)
+        return left + (v - lo) / span * (right - left)
 
     def py(v: float) -> float:
         return bottom - min(max((v - y_lo) / y_span, 0.0), 1.0) * (bottom - TOP)
@@ -84,6 +90,7 @@ def line_chart(
     for j, (name, values) in enumerate(series.items()):
         paths: list[str] = []
         run: list[str] = []
+        points: list[tuple[float, float]] = []
         for xv, v in zip(x, values, strict=True):
             if v is None:
                 if run:
@@ -91,6 +98,7 @@ def line_chart(
                 run = []
             else:
                 run.append(f"{px(xv):.1f},{py(v):.1f}")
+                points.append((round(px(xv), 1), round(py(v), 1)))
         if run:
             paths.append(" ".join(run))
         drawn.append(
@@ -100,12 +108,29 @@ def line_chart(
                 DASHES[j % len(DASHES)],
                 paths,
                 " ".join(value_text(v) for v in values),
+                tuple(points),
             )
         )
     step = max(1, len(x) // 6)
     x_ticks = [Tick(px(x[i]), x_labels[i]) for i in range(0, len(x), step)]
-    y_ticks = [Tick(py(v), f"{v:.3g}") for v in (y_lo + y_span * k / 4 for k in range(5))]
-    return LineChart(WIDTH, HEIGHT, drawn, x_ticks, y_ticks, (LEFT, TOP, right, bottom))
+    y_ticks = [Tick(py(v), label) for v, label in zip(y_values, y_labels, strict=True)]
+    return LineChart(WIDTH, HEIGHT, drawn, x_ticks, y_ticks, (round(left), TOP, right, bottom))
+
+
+# An axis label's characters are at most this wide at the console's 12 px type; the
+# labels are drawn right-aligned against the axis, so the margin must hold the longest.
+CHAR_PX = 7.5
+
+
+def tick_label(v: float) -> str:
+    """A y-axis value, its minus sign the typographic one (as wide as a digit)."""
+    text = f"{v:.3g}"
+    return "\u2212" + text[1:] if text.startswith("-") else text
+
+
+def left_margin(labels: Sequence[str]) -> float:
+    """The plot's left edge: room for the longest y label and the gap before the axis."""
+    return max(float(LEFT), 8 + CHAR_PX * max((len(t) for t in labels), default=0))
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ from typing import Any
 from app.audit.write.trail_db import RecordFilter, decode_cursor
 from app.bundle.manifest import check_safe_name
 from app.console import charts, queries
+from app.console.drift import console_drift
 from app.console.shadow_view import staged_section
 from app.console.versions import stored_versions
 from app.contract.request import REQUEST_ID
@@ -30,7 +31,7 @@ FILTERS = ("since", "until", "expert", "version")
 PAGE_PARAMS = {
     "decisions": (*FILTERS, "cursor"),
     "timeline": FILTERS,
-    "performance": FILTERS,
+    "performance": (*FILTERS, "buckets"),
     "record": ("request_id",),
 }
 
@@ -179,10 +180,13 @@ async def performance(service: Service, model: LoadedModel, query: Mapping[str, 
     time, trust calibration; and the drift of the gate's weights now."""
     filters = parse_filters(model, query, 1)
     flt = filters.record_filter
+    slots = realised.parse_buckets(query.get("buckets") or None)
+    if query.get("buckets"):
+        filters.values["buckets"] = query["buckets"]
     store = service.require_store()
     report = await service.read_store(
         realised.report, store.engine, model.name, model.task, flt.since_us, flt.until_us,
-        flt.version,
+        flt.version, None, slots,
     )  # fmt: skip
     experts = list(report["experts"])
     buckets = report["buckets"]
@@ -219,6 +223,7 @@ async def performance(service: Service, model: LoadedModel, query: Mapping[str, 
         "drift_min_rows": service.settings.drift_min_rows,
         "versions": _versions_seen(service, model),
         "staged": await staged_section(service, model, (flt.since_us, flt.until_us)),
+        **await console_drift(service, model),
     }
 
 

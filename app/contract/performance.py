@@ -72,6 +72,32 @@ class PerformanceBucket:
 
 
 @dataclass(frozen=True)
+class RefitGain:
+    """On the rows after the change: the mixture's NLL less the best expert's there (in
+    hindsight), an estimate of what refitting the gate could gain, with the standard
+    error of the paired difference."""
+
+    best_expert: str
+    nll_difference: float
+    se: float
+
+
+@dataclass(frozen=True)
+class ChangePoint:
+    """A shift of the mixture's realised NLL found by the CUSUM test (docs/design.md,
+    "Change point"); ``iabma refit --since auto`` learns from the rows after it."""
+
+    rows_before: int
+    rows_after: int
+    served_at: datetime = field(metadata={"doc": "When the first row after the change was served."})
+    statistic: float
+    p_value: float
+    nll_before: float
+    nll_after: float
+    refit_gain: RefitGain | None
+
+
+@dataclass(frozen=True)
 class Performance:
     model: str = field(metadata={"const": "name"})
     task: str = field(metadata={"const": "task"})
@@ -113,4 +139,11 @@ class Performance:
             "doc": "Up to 24 time buckets (or as many as asked for) of the predictions' "
             "time, oldest first."
         }
+    )
+    change_point: ChangePoint | None = field(
+        default=None,
+        metadata={
+            "doc": "The suggested change of the mixture's realised NLL, in the order the "
+            "rows were served; null with fewer than 60 rows or no change at p < 0.01."
+        },
     )

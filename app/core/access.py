@@ -42,6 +42,7 @@ ROUTES: dict[str, Role | None] = {
     "/feedback": Role.FEEDBACK,
     "/weights": Role.AUDITOR,
     "/performance": Role.AUDITOR,
+    "/drift": Role.AUDITOR,
     "/audit": Role.AUDITOR,
     "/audit/record": Role.AUDITOR,
     "/audit/timeline": Role.AUDITOR,

@@ -97,7 +97,9 @@ class LatestFollower:
         self.metrics.reloads.inc((*labels, "ok"))
         before = (previous.name, previous.version) if previous else None
         histogram = model.manifest.gate.weight_histogram
-        self.metrics.serving(labels, before, model.experts, histogram)
+        self.metrics.serving(
+            labels, before, model.experts, histogram, model.manifest, model.features
+        )
         outcome = Outcome(previous, model)
         if outcome.changed:
             old = previous.version if previous else None

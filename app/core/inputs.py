@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import math
 import re
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
@@ -74,10 +75,24 @@ class FeatureTable:
     rule: Normaliser
     missing_token: str
     map_unknown_to_missing: bool
+    # Keys a row may hold that are read as absent: the training file's target and dropped
+    # columns, with IABMA_IGNORE_TRAINING_COLUMNS (docs/data.md).
+    ignored: frozenset[str] = frozenset()
+    # Values of each categorical feature that are no training level, refused or read as
+    # missing; the metrics drain it into input drift (app.metrics.inputs).
+    unseen: Counter[str] = field(default_factory=Counter, compare=False, repr=False)
 
     @classmethod
-    def from_manifest(cls, manifest: Manifest, unknown_category: str) -> FeatureTable:
+    def from_manifest(
+        cls, manifest: Manifest, unknown_category: str, ignore_training_columns: bool = False
+    ) -> FeatureTable:
         rule = manifest.input_rule.normaliser()
+        ignored: frozenset[str] = frozenset()
+        if ignore_training_columns:
+            dropped = [str(c) for c in manifest.training.get("drop", ())]
+            ignored = frozenset([manifest.target.name, *dropped]) - {
+                f.name for f in manifest.features
+            }
         return cls(
             names=tuple(f.name for f in manifest.features),
             inputs={f.name: f.input for f in manifest.features},
@@ -90,6 +105,7 @@ class FeatureTable:
             rule=rule,
             missing_token=manifest.missing_token,
             map_unknown_to_missing=unknown_category == "missing",
+            ignored=ignored,
         )
 
     @property
@@ -147,8 +163,10 @@ class FeatureTable:
         if isinstance(value, NonFinite):
             return None, ("wrong_type", f"expected a string or null, got {value.token}")
         cat, problem = self.categories[name].lookup(value)
-        if problem is not None and problem[0] == "unknown_category" and self.map_unknown_to_missing:
-            return None, None
+        if problem is not None and problem[0] == "unknown_category":
+            self.unseen[name] += 1
+            if self.map_unknown_to_missing:
+                return None, None
         return cat, problem
 
     def columns(self, rows: Sequence[Mapping[str, Any]], field_of: FieldName) -> Columns:
@@ -220,7 +238,7 @@ class FeatureTable:
         values: dict[str, list[Any]] = {name: [] for name in self.names}
         for i, row in enumerate(rows):
             for key in row:
-                if key not in values:
+                if key not in values and key not in self.ignored:
                     faults.append(
                         Fault(
                             "unknown_feature",

@@ -26,6 +26,7 @@ import numpy as np
 from sqlalchemy import Engine
 
 from app.audit.read import rollup
+from app.audit.read.change_point import change_point
 from app.audit.read.outcome_filter import ANONYMOUS, OutcomeFilter, scored
 from app.audit.read.scores import KINDS, NLL_CAP
 from app.audit.store.records import iso_from_us
@@ -191,6 +192,7 @@ class Summary:
         self.experts: list[str] = []
         # Per group: its experts, bucket keys, weights (k, m), scores (k, 1 + m, KINDS).
         self.groups = []
+        self.times = [at for at, _w, _s in groups.values()]  # the change point's order
         for names, (at, w, s) in groups.items():
             self.experts += [e for e in names if e not in self.experts]
             keys = np.clip(np.searchsorted(self.edges, at, side="right") - 1, 0, self.slots - 1)
@@ -257,7 +259,25 @@ class Summary:
             "regret": regret,
             "calibration": {e: self.trust(e) for e in self.experts},
             "buckets": buckets,
+            "change_point": self.change_point(everywhere),
         }
+
+    def change_point(self, experts: list[str]) -> dict[str, Any] | None:
+        """The suggested change of the mixture's NLL, with the experts that every row had."""
+        if not self.n:
+            return None
+        nll = [
+            (s[:, 0, 0], {e: s[:, 1 + n.index(e), 0] for e in experts})
+            for n, _k, _w, s in self.groups
+        ]
+        found = change_point(
+            np.concatenate(self.times),
+            np.concatenate([m for m, _ in nll]),
+            {e: np.concatenate([x[e] for _, x in nll]) for e in experts},
+        )
+        if found is not None:
+            found["served_at"] = iso_from_us(found.pop("served_at_us"))
+        return found
 
     def trust(self, expert: str) -> list[dict[str, Any]]:
         """By bin of the expert's weight: its NLL, the other experts' mean NLL, and how

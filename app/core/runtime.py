@@ -71,7 +71,9 @@ class LoadedModel:
         return cls(
             predictor=BundlePredictor(bundle),
             manifest=manifest,
-            features=FeatureTable.from_manifest(manifest, settings.unknown_category),
+            features=FeatureTable.from_manifest(
+                manifest, settings.unknown_category, settings.ignore_training_columns
+            ),
             experts=tuple(manifest.expert_names),
             classes=classes,
             class_keys=tuple(str(c) for c in classes),

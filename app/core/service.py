@@ -55,7 +55,9 @@ class Service:
         self.settings = settings
         self.tracing = tracing if tracing is not None else Tracing(None)
         self.runtime = ModelRuntime(settings)
-        self.metrics = ServiceMetrics(settings.drift_window_seconds, settings.drift_min_rows)
+        self.metrics = ServiceMetrics(
+            settings.drift_window_seconds, settings.drift_min_rows, settings.realised_window_rows
+        )
         self.store: AuditStore | None = None
         self.writer: AuditWriter | None = None
         self.in_flight = 0  # requests inside infer(), which the batcher waits for
@@ -99,7 +101,14 @@ class Service:
             "serving %s version %s from %s", model.name, model.version, model.predictor.bundle.path
         )
         histogram = model.manifest.gate.weight_histogram
-        self.metrics.serving((model.name, model.version), None, model.experts, histogram)
+        self.metrics.serving(
+            (model.name, model.version),
+            None,
+            model.experts,
+            histogram,
+            model.manifest,
+            model.features,
+        )
         self._tasks.append(
             asyncio.create_task(self.metrics.run_flusher(self._audit_depth), name="iabma-metrics")
         )
@@ -281,6 +290,7 @@ class Service:
         model, pred = result.model, result.prediction
         labels, experts = model.labels, model.experts
         self.metrics.predicted(labels, request.route, experts, pred.weights, pred.seconds)
+        self.metrics.inputs.observe(labels, request.columns)
 
     # -- admin -------------------------------------------------------------------------------
     def check_admin(self, authorization: str | None) -> None:

@@ -14,10 +14,12 @@ import asyncio
 import gc
 import threading
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 
-from app.bundle.manifest import WeightHistogram
+from app.bundle.manifest import Manifest, WeightHistogram
+from app.metrics.alerts import RealisedWindow
 from app.metrics.buffer import (
     CounterBuffer,
     GaugeBuffer,
@@ -33,6 +35,7 @@ from app.metrics.families import (
     WEIGHT_BUCKETS,
     families,
 )
+from app.metrics.inputs import InputWindow
 from app.metrics.multiprocess import multiprocess_dir
 from app.metrics.workers import WorkerProcessCollector
 
@@ -49,7 +52,12 @@ _GC_SEEN = [[0, 0, 0] for _ in range(3)]
 class ServiceMetrics:
     """Buffered families of one app; ``flush`` shares them, ``render`` exposes all workers."""
 
-    def __init__(self, drift_window_seconds: float = 3600.0, drift_min_rows: int = 100) -> None:
+    def __init__(
+        self,
+        drift_window_seconds: float = 3600.0,
+        drift_min_rows: int = 100,
+        realised_window_rows: int = 500,
+    ) -> None:
         from prometheus_client import CollectorRegistry, PlatformCollector
         from prometheus_client.multiprocess import MultiProcessCollector
 
@@ -74,6 +82,8 @@ class ServiceMetrics:
         self.window = WeightWindow(drift_window_seconds)
         self._predicted: list[tuple[Labels, str, Sequence[str], np.ndarray, float]] = []
         self.window_rows = GaugeBuffer(f.drift_window)
+        self.inputs = InputWindow(drift_window_seconds)
+        self.realised = RealisedWindow(realised_window_rows)
         self._buffers = (
             self.requests, self.request_seconds, self.rows, self.graph_seconds,
             self.batch_requests, self.batch_waits, self.gate_weight, self.audit_depth,
@@ -83,7 +93,11 @@ class ServiceMetrics:
         self._gc = (f.gc_collections, f.gc_collected, f.gc_uncollectable)
         self.registry = CollectorRegistry(auto_describe=False)
         shared = MultiProcessCollector(None, path=str(self.directory))
-        self.drift = DriftCollector(shared, self.window, drift_min_rows)
+        derived = (
+            lambda fs: self.inputs.derive(fs, drift_min_rows),
+            lambda fs: self.realised.derive(fs, drift_min_rows),
+        )
+        self.drift = DriftCollector(shared, self.window, drift_min_rows, derived)
         self.registry.register(self.drift)
         self.registry.register(WorkerProcessCollector(self.directory))
         PlatformCollector(registry=self.registry)
@@ -146,6 +160,7 @@ class ServiceMetrics:
         self.feedback.inc((*model, "accepted"), k)
         for name, total in zip((MIXTURE, *experts), nll.sum(axis=0).tolist(), strict=True):
             self.realised_nll.observe_total((*model, name), k, total)
+        self.realised.observe(model, nll)
 
     def serving(
         self,
@@ -153,11 +168,17 @@ class ServiceMetrics:
         previous: Labels | None,
         experts: Sequence[str] = (),
         histogram: WeightHistogram | None = None,
+        manifest: Manifest | None = None,
+        table: Any = None,
     ) -> None:
         """Mark ``model`` as this worker's served version (and ``previous`` as no longer);
-        watch its weights for drift against ``histogram``, its training rows' weights."""
+        watch its weights for drift against ``histogram``, its training rows' weights, and
+        its inputs against the ``manifest``'s reference."""
         if histogram is not None:
             self.window.watch(model, experts, histogram)
+        if manifest is not None:
+            self.inputs.watch(model, manifest, table)
+            self.realised.watch(model, manifest)
         if previous is not None and previous != model:
             self.served.set(previous, 0)
         self.served.set(model, 1)
@@ -168,6 +189,8 @@ class ServiceMetrics:
         """Move this process's buffered updates into the shared files (event loop thread)."""
         self._count_predictions()
         self.window.share(self.window_rows)
+        self.inputs.flush()
+        self.realised.flush()
         for buffer in self._buffers:
             buffer.flush()
         with _GC_LOCK:

@@ -113,16 +113,26 @@ class DriftCollector:
     """prometheus_client's multiprocess collector, plus ``iabma_weight_drift`` computed
     from the window counts it has just added up."""
 
-    def __init__(self, inner: Any, window: WeightWindow, min_rows: int) -> None:
+    def __init__(
+        self,
+        inner: Any,
+        window: WeightWindow,
+        min_rows: int,
+        derived: Sequence[Callable[[dict[str, Any]], Iterator[Any]]] = (),
+    ) -> None:
         self.inner = inner
         self.window = window
         self.min_rows = min_rows
+        # Other families computed from the merged ones of the same scrape (input drift).
+        self.derived = derived
 
     def collect(self) -> Iterator[Any]:
         from prometheus_client.core import GaugeMetricFamily
 
         merged = None
+        seen: dict[str, Any] = {}
         for family in self.inner.collect():
+            seen[family.name] = family
             if family.name == WINDOW:
                 merged = family
             yield family
@@ -138,6 +148,8 @@ class DriftCollector:
                 if d.psi is not None:
                     gauge.add_metric([*labels, expert], d.psi)
         yield gauge
+        for derive in self.derived:
+            yield from derive(seen)
 
     def drift(self, merged: Any = None) -> dict[Labels, dict[str, Drift]]:
         """Per watched version and expert: the window (all workers) against training."""

@@ -28,6 +28,7 @@ ERRORS: dict[tuple[str, str], tuple[int, ...]] = {
     ("/weights", "get"): (400, 404, 410, 422, 503),
     ("/feedback", "post"): (400, 409, 413, 415, 422, 503),
     ("/performance", "get"): (400, 422, 503),
+    ("/drift", "get"): (400, 503),
     ("/models", "get"): (400, 503),
     ("/readyz", "get"): (400, 503),
     ("/admin/reload", "post"): (400, 401, 404, 409),
@@ -224,6 +225,7 @@ def _typed(op: dict[str, Any], path: str, model: LoadedModel | None, comps: Comp
 _ANSWER_TEXT = {
     "/feedback": "How many outcomes were stored, and how many were there already.",
     "/performance": "Realised scores over the rows with outcomes.",
+    "/drift": "Each feature's served values against the training rows.",
     "/predict": "The answer, per instance or columnar.",
     "/weights": "A record, the gate's weights, or a page.",
     "/admin/reload": "The version now served, and the one before.",

@@ -25,6 +25,7 @@ from app.contract.answers import (
     Reloaded,
 )
 from app.contract.columns import InferenceResponse, PredictColumnarAnswer
+from app.contract.drift import DriftReport
 from app.contract.feedback import FeedbackRequest, FeedbackResult
 from app.contract.models import ModelsAnswer
 from app.contract.performance import Performance
@@ -43,6 +44,7 @@ ANSWERS: dict[str, tuple[type, ...]] = {
     "/admin/reload": (Reloaded,),
     "/feedback": (FeedbackResult,),
     "/performance": (Performance,),
+    "/drift": (DriftReport,),
     "/v2/models/{name}/infer": (InferenceResponse,),
     "/models": (ModelsAnswer,),
 }

@@ -419,3 +419,16 @@ def test_values_alike_but_for_case_or_unicode_form_get_a_hint(
     assert "column 'city': values that differ only in case, spaces or Unicode form" in err
     assert '"Zu\\u0308rich" / "Z\u00fcrich"' in err
     assert "target 'y': values that differ only in case" in err and '"NO" / "no"' in err
+
+
+def test_a_dry_run_needs_no_name_and_a_real_run_does(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = write(tmp_path, table())
+    code = main(["train", "--csv", path, "--target", "y", "--task", "classification", "--dry-run"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    assert "target 'y'" in out
+    code = main(["train", "--csv", path, "--target", "y", "--task", "classification", "--quiet"])
+    _, err = capsys.readouterr()
+    assert_refused(code, err, "--name=None", "--dry-run")

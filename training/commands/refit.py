@@ -31,7 +31,13 @@ def add_parser(sub: Any) -> None:
         "--audit-url", default=None, help="the trail's SQLAlchemy URL (default IABMA_AUDIT_URL)"
     )
     p.add_argument("--version", default=None, help="the version to refit (default: LATEST)")
-    p.add_argument("--since", default=None, metavar="T", help="rows served at or after T (ISO)")
+    p.add_argument(
+        "--since",
+        default=None,
+        metavar="T",
+        help="rows served at or after T (ISO), or 'auto': after the change of the realised "
+        "NLL that GET /performance suggests",
+    )
     p.add_argument("--until", default=None, metavar="T", help="rows served before T (ISO)")
     p.add_argument(
         "--holdout",
@@ -230,7 +236,8 @@ def run(args: argparse.Namespace) -> int:
     from training.refit.report import comparison_lines, expert_lines
 
     source, manifest = _opened(args)
-    since, until = _time_us("--since", args.since), _time_us("--until", args.until)
+    until = _time_us("--until", args.until)
+    since = _auto_since(args, until) if args.since == "auto" else _time_us("--since", args.since)
     check_holdout(args.holdout)
     gate_name, overrides = _gate_options(args, manifest)
     added = _expert_changes(args, manifest)
@@ -294,6 +301,37 @@ def _stage(args: argparse.Namespace, path: Path) -> None:
     except RolloutError as exc:
         raise ParameterError("--stage", path.name, str(exc)) from None
     print(f"wrote {path} and pointed {path.parent / 'STAGED'} at it: scored in shadow from now")
+
+
+def _auto_since(args: argparse.Namespace, until: int | None) -> int:
+    """``--since auto``: the time of the change point of the mixture's realised NLL over
+    the window's outcomes (less the excluded posters'), as GET /performance finds it."""
+    from app.audit.read.change_point import P_VALUE, trail_change_point
+    from app.audit.read.outcome_filter import OutcomeFilter
+    from app.audit.store.records import iso_from_us
+    from training.errors import ParameterError
+    from training.refit.data import check_posters
+
+    store, _ = _engine_and_key(args, False)
+    try:
+        flt = OutcomeFilter(args.name, None, until, None, check_posters(args.exclude_poster))
+        rows, point = trail_change_point(store.engine, flt)
+    finally:
+        store.close()
+    if point is None:
+        raise ParameterError(
+            "--since",
+            "auto",
+            f"found no change in the realised NLL of {rows:,} outcome rows (CUSUM, p < "
+            f"{P_VALUE:g}, at least 30 rows on each side); give a time",
+        )
+    at = int(point["served_at_us"])
+    print(
+        f"change point: {point['rows_before']:,} outcome rows at NLL {point['nll_before']:.4f}, "
+        f"then {point['rows_after']:,} at {point['nll_after']:.4f} (p = {point['p_value']:.2g}); "
+        f"--since {iso_from_us(at)}"
+    )
+    return at
 
 
 def _opened(args: argparse.Namespace) -> tuple[Path, Any]:

@@ -61,6 +61,7 @@ def write(
     """Stage (or, with ``promote``, publish) the refitted version with its provenance."""
     from training.estimator.base import fingerprint
     from training.refit.export import write_refit
+    from training.refit.held_out import expert_held_out_metrics, held_out_reference
     from training.refit.report import held_out_metrics, refit_record
 
     gate_name, overrides = gate
@@ -87,4 +88,6 @@ def write(
         metrics=held_out_metrics(refit),
         data_fingerprint=fingerprint(data.X, data.y.astype(str)),
         publish=promote,
+        expert_metrics=expert_held_out_metrics(refit),
+        performance=held_out_reference(refit),
     )

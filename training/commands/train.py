@@ -47,7 +47,7 @@ def add_parser(sub: Any) -> None:
     _add_fitting_arguments(p)
     p.add_argument("--data-dir", type=Path, default=None, help="where the shared CSVs are")
     p.add_argument("--store", type=Path, default=Path("models_store"))
-    p.add_argument("--name", required=True, help="bundle name")
+    p.add_argument("--name", default=None, help="bundle name (needed unless --dry-run)")
     p.add_argument("--combiner", default="iabma", help="the gate: iabma (default) or a baseline")
     p.add_argument("--kl-weight", default="auto", help="lambda_KL, or 'auto'")
     p.add_argument("--likelihood-source", choices=["oof", "holdout", "in_sample"], default="oof")
@@ -133,6 +133,8 @@ def load_split(args: argparse.Namespace) -> tuple[Any, Any, list[Any]]:
     from training.experts.defaults import default_experts, simulation_experts
     from training.splits import holdout_split
 
+    if args.name is None and not args.dry_run:
+        raise ParameterError("--name", None, "is needed to write a bundle (--dry-run goes without)")
     if not 2 <= args.cv <= 20:
         raise ParameterError("--cv", args.cv, "must be between 2 and 20")
     if args.max_categories < 2:

@@ -63,6 +63,7 @@ def export(
     seconds: dict[str, float],
 ) -> Any:
     """Write the bundle, with what ``iabma check`` and a reader need to know of the run."""
+    from training.evaluate import performance_reference
     from training.export.bundle import export_bundle
 
     return export_bundle(
@@ -86,4 +87,5 @@ def export(
             **({"experts_file": str(args.experts)} if args.experts is not None else {}),
         },
         publish=args.publish,
+        performance=performance_reference(est, test.X, test.y),
     )

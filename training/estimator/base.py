@@ -23,8 +23,10 @@ import pandas as pd
 from sklearn.base import BaseEstimator, clone
 
 from app.bundle.columns import Columns
+from app.bundle.manifest import MISSING_TOKEN
 from app.bundle.normalise import Normaliser, rule_for
 from app.bundle.prior import expert_energy, prior_from_energy
+from app.bundle.reference import input_reference
 from app.bundle.weight_bins import weight_counts
 from training.combiners.base import Combiner
 from training.combiners.iabma_gate import IABMAGate
@@ -170,7 +172,14 @@ class _IABMABase(BaseEstimator):
         self.data_fingerprint_ = fingerprint(X, y.to_numpy())
         self.n_features_in_ = X.shape[1]
         self.feature_names_in_ = np.asarray(X.columns, dtype=object)
-        return self._read(X), y_fit
+        data = self._read(X)
+        # The training inputs' bins: the bundle's reference for input drift.
+        self.input_reference_ = input_reference(
+            [(f.name, f.input, f.categories) for f in self.schema_.features],
+            data.columns,
+            MISSING_TOKEN,
+        )
+        return data, y_fit
 
     def features(self, X: Any) -> FeatureData:
         """``X`` read by the schema learnt in :meth:`prepare`."""

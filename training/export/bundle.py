@@ -25,6 +25,7 @@ import pandas as pd
 from app.bundle.loader import sha256_file
 from app.bundle.manifest import MANIFEST_FILE, EnsembleEntry, Manifest, MixtureSpec, check_safe_name
 from app.bundle.pointer import fsync_dir, publish_latest
+from app.bundle.reference import PerformanceReference
 from training.errors import ExportError, ParameterError
 from training.estimator import IABMAClassifier, IABMARegressor, as_frame
 from training.export.ensemble import write_ensemble
@@ -116,11 +117,13 @@ def export_bundle(
     expert_metrics: dict[str, dict[str, float]] | None = None,
     training: dict[str, Any] | None = None,
     publish: bool = True,
+    performance: PerformanceReference | None = None,
 ) -> Path:
     """Export ``est`` and return the new version's directory.
 
     ``X_check`` holds raw rows (e.g. the test split) on which every ONNX graph must agree
-    with the in-memory estimator before the bundle is written.
+    with the in-memory estimator before the bundle is written. ``performance`` is the
+    held-out realised NLL the alerts compare with (:func:`training.evaluate.performance_reference`).
     """
     if not hasattr(est, "combiner_"):
         raise ParameterError("est", type(est).__name__, "is not fitted")
@@ -166,6 +169,8 @@ def export_bundle(
             training={**training_info(est, diffs), **(training or {})},
             metrics=metrics or {},
             data_fingerprint=est.data_fingerprint_,
+            input_reference=getattr(est, "input_reference_", None),
+            performance_reference=performance,
             library_versions=library_versions(),
             created_at=datetime.now(UTC),
         )

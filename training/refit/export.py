@@ -23,6 +23,7 @@ import onnxruntime as ort
 from app.bundle.loader import sha256_file
 from app.bundle.manifest import ExpertEntry, GateEntry, MixtureSpec, PriorSpec, WeightHistogram
 from app.bundle.mixture import mix_classification
+from app.bundle.reference import PerformanceReference
 from app.bundle.weight_bins import WEIGHT_EDGES, weight_counts
 from training.combiners.base import Combiner
 from training.combiners.iabma_gate import IABMAGate
@@ -169,6 +170,8 @@ def write_refit(
     metrics: dict[str, dict[str, float]],
     data_fingerprint: str,
     publish: bool = False,
+    expert_metrics: dict[str, dict[str, float]] | None = None,
+    performance: PerformanceReference | None = None,
 ) -> Path:
     """Write the refitted gate as a new version of the source's bundle; return its path."""
     old = refit.manifest_
@@ -179,6 +182,10 @@ def write_refit(
     (tmp / "experts").mkdir(parents=True)
     try:
         entries = write_experts(refit, source, tmp)
+        if expert_metrics is not None:  # on the same held-out rows as the mixture's
+            entries = [
+                e.model_copy(update={"metrics": expert_metrics.get(e.name, {})}) for e in entries
+            ]
         parity = write_gate_graphs(refit, tmp, entries)
         comb = refit.combiner_
         counts = weight_counts(refit.fit_weights_)
@@ -207,6 +214,7 @@ def write_refit(
                 "training": {**_training(refit), **parity, "refit": provenance},
                 "metrics": metrics,
                 "data_fingerprint": data_fingerprint,
+                "performance_reference": performance,
                 "library_versions": library_versions(),
                 "created_at": datetime.now(UTC),
             }

@@ -218,3 +218,46 @@ def test_first_paint_is_recorded(server: UvicornProcess, browser: object) -> Non
     script = "return performance.getEntriesByName('first-contentful-paint')[0]?.startTime"
     paint = WebDriverWait(d, 10).until(lambda drv: drv.execute_script(script))
     assert paint > 0
+
+
+def test_sparse_bursty_traffic_draws_a_loss_chart(server: UvicornProcess, browser: object) -> None:
+    """Two bursts: outcomes for some of the rows seeded at start, then new rows with their
+    outcomes now. In 200 time buckets nearly all are empty: each burst must still show as
+    points, the empty buckets as gaps, and no y label may be cut off at the left."""
+    from selenium.webdriver.common.by import By
+
+    headers = {"Authorization": f"Bearer {API}"}
+    sent = []
+    for k in range(1, 12, 2):  # the first burst: served when the server started
+        record = auditor_get(server, "/weights", request_id=f"seed-{k:04d}")
+        sent += [{"request_id": f"seed-{k:04d}", "row": i, "outcome": p["prediction"]["label"]}
+                 for i, p in enumerate(record["predictions"])]  # fmt: skip
+    with httpx.Client(base_url=server.base_url, timeout=30) as client:
+        for k in range(5):  # the second burst: served now
+            r = client.post("/predict", json={"instances": [{"x1": 0.1 * k, "x2": -0.2}]},
+                            headers={**headers, "X-Request-ID": f"burst-{k}"})  # fmt: skip
+            assert r.status_code == 200, r.text
+            label = r.json()["predictions"][0]["prediction"]["label"]
+            sent.append({"request_id": f"burst-{k}", "row": 0, "outcome": label})
+        assert client.post("/feedback", json={"outcomes": sent}, headers=headers).status_code == 200
+
+    d = browser
+    d.get(server.base_url + "/audit/performance?buckets=200")  # type: ignore[attr-defined]
+    if "Sign in" in d.title:  # type: ignore[attr-defined]
+        d.find_element(By.ID, "key").send_keys(AUDITOR)  # type: ignore[attr-defined]
+        follow(d, d.find_element(By.CSS_SELECTOR, "#login-form button"))  # type: ignore[attr-defined]
+        d.get(server.base_url + "/audit/performance?buckets=200")  # type: ignore[attr-defined]
+    mixture = d.find_element(By.CSS_SELECTOR, "#loss-chart g.series[data-expert='mixture']")  # type: ignore[attr-defined]
+    values = mixture.get_attribute("data-values").split()
+    assert values.count("-") > len(values) // 2, "most buckets are empty: gaps"
+    markers = mixture.find_elements(By.CSS_SELECTOR, "circle.marker")
+    assert len(markers) == sum(v != "-" for v in values) >= 2
+    assert all(m.size["width"] > 0 and m.is_displayed() for m in markers), "points are drawn"
+    for chart in ("loss-chart", "trust-chart"):
+        lefts = d.execute_script(  # type: ignore[attr-defined]
+            "return [...document.querySelectorAll(arguments[0])].map(t => t.getBBox().x)",
+            f"#{chart} g.axis text[text-anchor='end']",
+        )
+        assert lefts and min(lefts) >= 0, (chart, lefts)
+    messages = d.get_log("browser")  # type: ignore[attr-defined]
+    assert not messages, messages
