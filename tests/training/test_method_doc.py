@@ -53,5 +53,9 @@ def test_every_documented_default_is_the_codes(documented) -> None:
     assert numbers(documented["guard"]) == [default("guard_se")]
     assert numbers(documented["pool path (`pool_kl_weight`)"]) == list(POOL_KL_GRID)
     assert default("pool_kl_weight") == "auto"
-    assert numbers(documented["pool penalty"]) == [stacking.FOLDS]
+    assert numbers(documented["pool penalty"]) == [
+        stacking.FOLDS,
+        selection.AUTO_FOLDS[0][0],
+        fallback.POOL_PENALTY,
+    ]
     assert default("pool_penalty") == "auto"

@@ -25,10 +25,11 @@ from training.combiners.base import (
     constant_weights_onnx,
 )
 from training.combiners.choice import Layers
-from training.combiners.fallback import calibrated_pool, tempered_log_lik
+from training.combiners.fallback import POOL_PENALTY, calibrated_pool, tempered_log_lik
 from training.combiners.guard import guard
 from training.combiners.pool_path import POOL_KL_GRID, extend_path
 from training.combiners.selection import (
+    AUTO_FOLDS,
     SearchOutcome,
     SelectionConfig,
     report,
@@ -117,9 +118,10 @@ class IABMAGate(Combiner):
         why.
     pool_penalty : float or "auto", default="auto"
         The L2 weight on the logits of stacking's pool, the gate the network must beat
-        and the path's end. ``"auto"``: stacking's own choice, by 5-fold cross-validated
-        log score on every training row (so the rival is at least as well tuned as the
-        benchmark's stacking; a lightly penalised pool over-fits small data).
+        and the path's end. ``"auto"``: up to 999 rows, stacking's own choice by 5-fold
+        cross-validated log score on every training row (a lightly penalised pool
+        over-fits small data, and the rival should be as well tuned as the benchmark's
+        stacking); above, 1e-4.
     guard_se : float, default=1.0
         The network's paired advantage over the pool must exceed this many standard
         errors.
@@ -234,6 +236,12 @@ class IABMAGate(Combiner):
         pool_lams = self._grid(self.pool_kl_weight, self.pool_kl_grid, "pool_kl_weight")
         return objectives, lams, taus, pool_lams
 
+    def _searching(self, objectives: list[Objective], lams: list[float], taus: list[float]) -> bool:
+        """Whether ``fit`` searches: more than one candidate, early stopping or a fitted
+        temperature (with ``lambda = 0`` the prior temperatures are one candidate)."""
+        several = len(objectives) > 1 or len(lams) > 1 or (len(taus) > 1 and any(lams))
+        return several or self.early_stopping or self.temperature == "auto"
+
     # -- fitting --------------------------------------------------------------------------
     def fit(self, Z: np.ndarray, evidence: Evidence) -> IABMAGate:
         # The network is tiny: a threaded BLAS only adds hand-offs to each small product
@@ -245,8 +253,14 @@ class IABMAGate(Combiner):
         Z = check_fit_inputs(Z, evidence)
         objectives, lams, taus, pool_lams = self._validate()
         penalty = self.pool_penalty
-        if penalty == "auto":
-            penalty = cv_penalty(evidence, joint=self.tempered)
+        needs_pool = self._searching(objectives, lams, taus) or self.pool_kl_weight != 0
+        if penalty == "auto" and not needs_pool:
+            penalty = POOL_PENALTY  # no pool is fitted: the paper's fixed setting
+        elif penalty == "auto":
+            # Cross-validating the penalty costs 40 pool fits: worth it on small data,
+            # where a lightly penalised pool over-fits its m weights; above, negligible.
+            small = evidence.n <= AUTO_FOLDS[0][0]
+            penalty = cv_penalty(evidence, joint=self.tempered) if small else POOL_PENALTY
         config = replace(self.selection_config(), pool_penalty=float(penalty))
         # A fixed lambda_pool applies to every candidate; "auto" walks the path after.
         fixed_pool = pool_lams[0] if self.pool_kl_weight != "auto" else 0.0
@@ -267,7 +281,7 @@ class IABMAGate(Combiner):
             },
             key=lambda mb: (mb.objective, mb.kl_weight, mb.prior_index),
         )
-        searching = len(members) > 1 or self.early_stopping or self.temperature == "auto"
+        searching = self._searching(objectives, lams, taus)
         chosen, epochs, self.temperature_ = members[0], self.epochs, 1.0
         self.search_results_: list[dict[str, Any]] = []
         found, choice = None, None

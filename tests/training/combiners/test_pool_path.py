@@ -5,10 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from training.combiners.fallback import calibrated_pool
+from training.combiners.fallback import POOL_PENALTY, calibrated_pool
 from training.combiners.iabma_gate import IABMAGate
 from training.combiners.pool_path import POOL_KL_GRID
-from training.combiners.stacking import cv_penalty
 from training.errors import ParameterError
 
 
@@ -23,7 +22,7 @@ def test_the_path_runs_from_the_free_network_to_the_pool(fitted_inputs) -> None:
     weights at every input, and the search records each point it tried."""
     Z, ev = fitted_inputs
     kw = {"kl_weight": 0.0, "objective": "marginal", "epochs": 6, "fallback": False}
-    pool = calibrated_pool(ev, cv_penalty(ev))[0]
+    pool = calibrated_pool(ev, POOL_PENALTY)[0]  # 1000 rows: the light penalty
     far = IABMAGate(pool_kl_weight=1e4, **kw).fit(Z, ev)
     assert far.selected_["pool_kl_weight"] == 1e4
     assert np.abs(far.weights(Z[:200]) - pool).max() < 0.05
