@@ -4,7 +4,9 @@
 
 It also prints, per dataset, the paired per-repetition test-NLL differences of the default
 IA-BMA against each fair rival (``moe_tuned``, ``stacking``, ``ensemble_selection``) and
-against its own ablations: mean, sd and the repetitions IA-BMA wins (lower NLL).
+against its own ablations: mean, sd and the repetitions IA-BMA wins (lower NLL); the first
+directory's IA-BMA against every other directory's (a variant run with ``--config``, or
+another commit, on the same seeds and cached experts); and issue 44's targets, met or not.
 
 Each argument is a directory of ``<dataset>/results.json``. The paper's numbers are its
 appendix table "UCI benchmarks: mean (sd) across runs" (see the citation in the README),
@@ -134,6 +136,76 @@ def paired(dirs: list[Path], metric: str = "nll") -> str:
     return "\n".join(lines)
 
 
+def _per_rep(path: Path, method: str, metric: str = "nll") -> np.ndarray | None:
+    per = json.loads(path.read_text())["per_rep"]
+    return np.array([r[metric] for r in per[method]]) if method in per else None
+
+
+def across(dirs: list[Path], metric: str = "nll") -> str:
+    """The first directory's IA-BMA minus each other directory's, repetition by
+    repetition (the same seeds, so the same experts and test rows)."""
+    lines = [
+        f"| dataset | IA-BMA of {dirs[0].name} − IA-BMA of | mean | sd | wins |",
+        "|---|---|---|---|---|",
+    ]
+    for path in sorted(dirs[0].glob("*/details.json")):
+        ours = _per_rep(path, "iabma", metric)
+        for other in dirs[1:]:
+            theirs_path = other / path.parent.name / "details.json"
+            theirs = _per_rep(theirs_path, "iabma", metric) if theirs_path.is_file() else None
+            if ours is None or theirs is None or len(theirs) != len(ours):
+                continue
+            d = ours - theirs
+            lines.append(
+                f"| {path.parent.name} | {other.name} | {d.mean():+.4f} | "
+                f"{d.std(ddof=1):.4f} | {int((d < 0).sum())}/{len(d)} |"
+            )
+    return "\n".join(lines)
+
+
+def targets(run: Path, win_share: float = 0.7, set_share: float = 2 / 3) -> str:
+    """Issue 44's targets on one run's datasets: never behind a fair rival by more than
+    0.5 paired sd; below 0 with ``win_share`` of the wins against stacking and ensemble
+    selection on ``set_share`` of the datasets; IA-BMA − moe_tuned per dataset."""
+    worst, first, prior = (-np.inf, ""), [], []
+    paths = sorted(run.glob("*/details.json"))
+    for path in paths:
+        ours = _per_rep(path, "iabma")
+        if ours is None:
+            continue
+        ahead = True
+        for rival in ("stacking", "ensemble_selection", "moe_tuned"):
+            theirs = _per_rep(path, rival)
+            if theirs is None:
+                ahead = False
+                continue
+            d = ours - theirs
+            sd = float(d.std(ddof=1)) if len(d) > 1 else 0.0
+            z = d.mean() / sd if sd > 0 else (0.0 if d.mean() <= 0 else np.inf)
+            if z > worst[0]:
+                worst = (z, f"{d.mean():+.4f} (sd {sd:.4f}) against {rival} on {path.parent.name}")
+            if rival == "moe_tuned":
+                prior.append(f"{path.parent.name} {d.mean():+.4f}")
+            elif not (d.mean() < 0 and (d < 0).sum() >= np.ceil(win_share * len(d))):
+                ahead = False
+        if ahead:
+            first.append(path.parent.name)
+    need = int(np.ceil(set_share * len(paths)))
+    yes = lambda ok: "met" if ok else "not met"  # noqa: E731
+    return "\n".join(
+        [
+            "| target | result | met |",
+            "|---|---|---|",
+            f"| never behind stacking, ens. selection or moe_tuned by > 0.5 paired sd | "
+            f"worst {worst[1]} ({worst[0]:+.1f} sd) | {yes(worst[0] <= 0.5)} |",
+            f"| < 0 and ≥ {win_share:.0%} wins against stacking and ens. selection on ≥ "
+            f"{need} of {len(paths)} | {len(first)} ({', '.join(first) or 'none'}) | "
+            f"{yes(len(first) >= need)} |",
+            f"| the prior: IA-BMA − moe_tuned per dataset | {'; '.join(prior)} | reported |",
+        ]
+    )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("dirs", nargs="+", type=Path)
@@ -141,6 +213,11 @@ def main() -> None:
     print(table(args.dirs))
     print()
     print(paired(args.dirs))
+    if len(args.dirs) > 1:
+        print()
+        print(across(args.dirs))
+    print()
+    print(targets(args.dirs[0]))
 
 
 if __name__ == "__main__":

@@ -3,7 +3,8 @@
 The network is judged on held-out rows that took no part in choosing it: the choice of
 candidate, epoch and temperature is repeated without each group of judging rows, then
 scored on the group. It ships only if its paired advantage over the pool exceeds
-``guard_se`` standard errors (docs/method.md, "The guard").
+``guard_se`` corrected resampled standard errors (:func:`corrected_se`; docs/method.md,
+"The guard").
 """
 
 from __future__ import annotations
@@ -15,7 +16,6 @@ import numpy as np
 
 from training.combiners.choice import HeldOut, choose_network
 from training.combiners.fallback import (
-    POOL_PENALTY,
     calibrated_pool,
     fit_temperature,
     pooled_weights,
@@ -68,8 +68,37 @@ def plain_weights(held: HeldOut, ev: Evidence, outside: np.ndarray) -> dict[str,
     }
 
 
-def guard(held: HeldOut, config: SelectionConfig, ev: Evidence) -> GateChoice:
-    """Cross-fit the choice of the network, then ship it or the best plain gate."""
+def corrected_se(diff: np.ndarray, groups: np.ndarray | None, test_train_ratio: float) -> float:
+    """Nadeau and Bengio's corrected resampled standard error of ``diff.mean()``.
+
+    ``diff`` is per judged row; ``groups`` says which split's networks judged each row
+    (None: every row was judged by one split's). Rows judged by the same networks share
+    those networks' training noise, so the rows are not independent draws: the variance
+    of one split's mean difference is estimated from the splits' means, floored at the
+    rows' own noise ``s_row^2 / n_split`` (the least it can be, and steadier with few
+    splits), and scaled by ``1/J + n_test/n_train`` for ``J`` overlapping splits (Nadeau &
+    Bengio 2003). With one split the training noise cannot be estimated: the rows' SE
+    is scaled by the same factor at ``J = 1``.
+    """
+    if len(diff) < 2:
+        return 0.0
+    row_var = float(diff.var(ddof=1))
+    if groups is None or len(np.unique(groups)) < 2:
+        return float(np.sqrt((1.0 + test_train_ratio) * row_var / len(diff)))
+    names, sizes = np.unique(groups, return_counts=True)
+    means = np.array([diff[groups == g].mean() for g in names])
+    split_var = max(float(means.var(ddof=1)), row_var / float(sizes.mean()))
+    return float(np.sqrt((1.0 / len(names) + test_train_ratio) * split_var))
+
+
+def guard(
+    held: HeldOut, config: SelectionConfig, ev: Evidence, test_train_ratio: float = 0.25
+) -> GateChoice:
+    """Cross-fit the choice of the network, then ship it or the best plain gate.
+
+    ``test_train_ratio``: a split's held-out rows over its training rows, for
+    :func:`corrected_se`.
+    """
     calibrate = config.temperature == "auto"
     groups = judging_groups(held, config.random_state)
     per_row: dict[str, list[np.ndarray]] = {k: [] for k in ("network", *PLAIN)}
@@ -95,7 +124,8 @@ def guard(held: HeldOut, config: SelectionConfig, ev: Evidence) -> GateChoice:
     # best expert as special cases, and picking among plain gates on these rows would add
     # a noisy choice of its own. Their scores are reported beside it.
     diff = scores["stacking"] - scores["network"]
-    se = float(diff.std(ddof=1) / np.sqrt(len(diff))) if len(diff) > 1 else 0.0
+    labels = np.concatenate([np.full(len(r), g) for g, r in enumerate(judged)])
+    se = corrected_se(diff, labels if held.folds else None, test_train_ratio)
     advantage = float(diff.mean())
     ships = advantage > config.guard_se * se
     listed = ", ".join(f"{k} {v:.4f}" for k, v in nll.items())
@@ -123,9 +153,9 @@ def guard(held: HeldOut, config: SelectionConfig, ev: Evidence) -> GateChoice:
             where,
         )
     if config.tempered:
-        constant = calibrated_pool(ev, POOL_PENALTY)[0]
+        constant = calibrated_pool(ev, config.pool_penalty)[0]
     else:
-        constant = pooled_weights(ev.log_lik, POOL_PENALTY)
+        constant = pooled_weights(ev.log_lik, config.pool_penalty)
     if calibrate:
         fit_rows, fit_w = held.row_mean(held.pooled, np.flatnonzero(everywhere))
         t = fit_temperature(fit_w, ev.rows(fit_rows))

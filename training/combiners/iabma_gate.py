@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any, Literal, cast
 
 import numpy as np
@@ -26,12 +27,15 @@ from training.combiners.base import (
 from training.combiners.choice import Layers
 from training.combiners.fallback import POOL_PENALTY, calibrated_pool, tempered_log_lik
 from training.combiners.guard import guard
+from training.combiners.pool_path import POOL_KL_GRID, extend_path
 from training.combiners.selection import (
+    AUTO_FOLDS,
     SearchOutcome,
     SelectionConfig,
     report,
     search_candidates,
 )
+from training.combiners.stacking import cv_penalty
 from training.errors import ParameterError
 from training.evidence import Evidence, prior_energy
 from training.nn.net import HIDDEN, mean_softmax
@@ -55,6 +59,13 @@ class IABMAGate(Combiner):
         ``"elbo"`` is the paper's beta-ELBO ``E_q[log f] - lambda KL(q || prior)``;
         ``"marginal"`` is ``log E_q[f] - lambda KL(q || prior)``, the mixture likelihood
         regularised toward the prior. ``"auto"`` tries both.
+    pool_kl_weight : float or "auto", default="auto"
+        ``lambda_pool``, the weight of ``KL(q(. | x) || w_pool)`` toward stacking's pool,
+        beside ``kl_weight``'s pull toward the adaptive prior. 0 is the free network; as
+        it grows the gate approaches the pool, the path's end (which the guard ships
+        exactly). ``"auto"``: after the search, the chosen candidate is trained at each
+        point of ``pool_kl_grid`` and the cross-fitted choice picks among them
+        (:mod:`training.combiners.pool_path`).
     prior_temperature : float or "auto", default=1.0
         ``tau`` in ``prior = softmax(E / tau)``; larger flattens the prior.
         ``"auto"`` tries ``prior_temperature_grid``.
@@ -105,6 +116,12 @@ class IABMAGate(Combiner):
         part in choosing it, by more than ``guard_se`` standard errors; else ship the
         pool. ``selected_["gate"]`` says which shipped and ``selected_["gate_reason"]``
         why.
+    pool_penalty : float or "auto", default="auto"
+        The L2 weight on the logits of stacking's pool, the gate the network must beat
+        and the path's end. ``"auto"``: up to 999 rows, stacking's own choice by 5-fold
+        cross-validated log score on every training row (a lightly penalised pool
+        over-fits small data, and the rival should be as well tuned as the benchmark's
+        stacking); above, 1e-4.
     guard_se : float, default=1.0
         The network's paired advantage over the pool must exceed this many standard
         errors.
@@ -125,6 +142,7 @@ class IABMAGate(Combiner):
         self,
         kl_weight: float | Literal["auto"] = "auto",
         objective: Literal["elbo", "marginal", "auto"] = "auto",
+        pool_kl_weight: float | Literal["auto"] = "auto",
         prior_temperature: float | Literal["auto"] = 1.0,
         energy_reduction: Literal["mean", "sum"] = "mean",
         energy_scale: Literal["unit", "sigma"] = "unit",
@@ -138,6 +156,7 @@ class IABMAGate(Combiner):
         validation_fraction: float = 0.2,
         search_max_rows: int | None = 5000,
         kl_grid: Sequence[float] = KL_GRID,
+        pool_kl_grid: Sequence[float] = POOL_KL_GRID,
         prior_temperature_grid: Sequence[float] = PRIOR_TEMPERATURE_GRID,
         hidden_layer_sizes: Sequence[int] = HIDDEN,
         learning_rate: float = 1e-3,
@@ -145,6 +164,7 @@ class IABMAGate(Combiner):
         epochs: int = 40,
         fallback: bool = True,
         guard_se: float = 1.0,
+        pool_penalty: float | Literal["auto"] = "auto",
         bagging: bool = True,
         tempered: bool = True,
         random_state: int = 0,
@@ -152,6 +172,7 @@ class IABMAGate(Combiner):
     ) -> None:
         self.kl_weight = kl_weight
         self.objective = objective
+        self.pool_kl_weight = pool_kl_weight
         self.prior_temperature = prior_temperature
         self.energy_reduction = energy_reduction
         self.energy_scale = energy_scale
@@ -165,6 +186,7 @@ class IABMAGate(Combiner):
         self.validation_fraction = validation_fraction
         self.search_max_rows = search_max_rows
         self.kl_grid = kl_grid
+        self.pool_kl_grid = pool_kl_grid
         self.prior_temperature_grid = prior_temperature_grid
         self.hidden_layer_sizes = hidden_layer_sizes
         self.learning_rate = learning_rate
@@ -172,6 +194,7 @@ class IABMAGate(Combiner):
         self.epochs = epochs
         self.fallback = fallback
         self.guard_se = guard_se
+        self.pool_penalty = pool_penalty
         self.bagging = bagging
         self.tempered = tempered
         self.random_state = random_state
@@ -185,7 +208,7 @@ class IABMAGate(Combiner):
             raise ParameterError(param, value, "must be a non-negative number or 'auto'")
         return [float(value)]
 
-    def _validate(self) -> tuple[list[Objective], list[float], list[float]]:
+    def _validate(self) -> tuple[list[Objective], list[float], list[float], list[float]]:
         objective = check_choice("objective", self.objective, ("elbo", "marginal", "auto"))
         objectives: list[Objective] = ["elbo", "marginal"]
         if objective != "auto":
@@ -208,7 +231,16 @@ class IABMAGate(Combiner):
         if self.temperature not in (None, "auto"):
             check_positive("temperature", self.temperature)
         check_real("guard_se", self.guard_se, low=0.0)
-        return objectives, lams, taus
+        if self.pool_penalty != "auto":
+            check_positive("pool_penalty", self.pool_penalty)
+        pool_lams = self._grid(self.pool_kl_weight, self.pool_kl_grid, "pool_kl_weight")
+        return objectives, lams, taus, pool_lams
+
+    def _searching(self, objectives: list[Objective], lams: list[float], taus: list[float]) -> bool:
+        """Whether ``fit`` searches: more than one candidate, early stopping or a fitted
+        temperature (with ``lambda = 0`` the prior temperatures are one candidate)."""
+        several = len(objectives) > 1 or len(lams) > 1 or (len(taus) > 1 and any(lams))
+        return several or self.early_stopping or self.temperature == "auto"
 
     # -- fitting --------------------------------------------------------------------------
     def fit(self, Z: np.ndarray, evidence: Evidence) -> IABMAGate:
@@ -219,8 +251,19 @@ class IABMAGate(Combiner):
 
     def _fit(self, Z: np.ndarray, evidence: Evidence) -> IABMAGate:
         Z = check_fit_inputs(Z, evidence)
-        objectives, lams, taus = self._validate()
-        config = self.selection_config()
+        objectives, lams, taus, pool_lams = self._validate()
+        penalty = self.pool_penalty
+        needs_pool = self._searching(objectives, lams, taus) or self.pool_kl_weight != 0
+        if penalty == "auto" and not needs_pool:
+            penalty = POOL_PENALTY  # no pool is fitted: the paper's fixed setting
+        elif penalty == "auto":
+            # Cross-validating the penalty costs 40 pool fits: worth it on small data,
+            # where a lightly penalised pool over-fits its m weights; above, negligible.
+            small = evidence.n <= AUTO_FOLDS[0][0]
+            penalty = cv_penalty(evidence, joint=self.tempered) if small else POOL_PENALTY
+        config = replace(self.selection_config(), pool_penalty=float(penalty))
+        # A fixed lambda_pool applies to every candidate; "auto" walks the path after.
+        fixed_pool = pool_lams[0] if self.pool_kl_weight != "auto" else 0.0
         energy = prior_energy(
             evidence,
             energy_scale=self.energy_scale,
@@ -233,23 +276,28 @@ class IABMAGate(Combiner):
         # At lambda = 0 the prior has no effect: one member per objective is enough.
         members = sorted(
             {
-                Member(o, lam, 0 if lam == 0 else k)
+                Member(o, lam, 0 if lam == 0 else k, fixed_pool)
                 for o, lam, (k, _) in itertools.product(objectives, lams, enumerate(taus))
             },
             key=lambda mb: (mb.objective, mb.kl_weight, mb.prior_index),
         )
-        searching = len(members) > 1 or self.early_stopping or self.temperature == "auto"
+        searching = self._searching(objectives, lams, taus)
         chosen, epochs, self.temperature_ = members[0], self.epochs, 1.0
         self.search_results_: list[dict[str, Any]] = []
         found, choice = None, None
         if searching:
             found = search_candidates(config, Z, evidence, log_priors, members)
+            if self.pool_kl_weight == "auto":
+                members, found = extend_path(
+                    config, Z, evidence, log_priors, members, found, pool_lams
+                )
             chosen = members[found.chosen.candidate]
             self.temperature_ = found.chosen.temperature
             self.search_results_ = [
                 {
                     "objective": mb.objective,
                     "kl_weight": mb.kl_weight,
+                    "pool_kl_weight": mb.pool_kl_weight,
                     "prior_temperature": taus[mb.prior_index],
                     **row,
                 }
@@ -261,12 +309,16 @@ class IABMAGate(Combiner):
             steps = (found.chosen.epoch + 1) * found.steps_per_epoch
             epochs = max(1, round(steps / -(-evidence.n // int(self.batch_size))))
             if config.fallback:
-                choice = guard(found.held, config, evidence)
+                ratio = np.mean([len(s.held_out) for s in found.splits]) / np.mean(
+                    [len(s.train) for s in found.splits]
+                )
+                choice = guard(found.held, config, evidence, float(ratio))
         elif isinstance(self.temperature, (int, float)):
             self.temperature_ = float(self.temperature)
         self.selected_: dict[str, Any] = {
             "objective": chosen.objective,
             "kl_weight": chosen.kl_weight,
+            "pool_kl_weight": chosen.pool_kl_weight,
             "prior_temperature": taus[chosen.prior_index],
             "epochs": int(epochs),
             "temperature": self.temperature_,
@@ -307,10 +359,21 @@ class IABMAGate(Combiner):
         network refitted on every row."""
         if found is not None and self.bagging and found.held.folds:
             return found.chosen.bag(found.held)
-        lik = ev.log_lik
-        if found is not None and config.tempered:
-            lik = tempered_log_lik(ev, calibrated_pool(ev, POOL_PENALTY)[1])
-        result = train_members(Z, lik, log_priors, [chosen], epochs=epochs, **config.net_kwargs())
+        lik, reference = ev.log_lik, None
+        if (found is not None and config.tempered) or chosen.pool_kl_weight > 0:
+            pool, t = calibrated_pool(ev, config.pool_penalty)
+            reference = np.log(np.clip(pool, 1e-300, None))
+            if found is not None and config.tempered:
+                lik = tempered_log_lik(ev, t)
+        result = train_members(
+            Z,
+            lik,
+            log_priors,
+            [chosen],
+            epochs=epochs,
+            log_reference=reference,
+            **config.net_kwargs(),
+        )
         assert result.layers[0] is not None
         return [result.layers[0]]
 

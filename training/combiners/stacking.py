@@ -7,6 +7,7 @@ can fit the mixture temperature (``temperature="auto"``), as IA-BMA fits its own
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Literal
 
 import numpy as np
@@ -81,14 +82,7 @@ class StackingCombiner(_ConstantCombiner):
             w = coef / total if total > 0 else np.full(evidence.m, 1.0 / evidence.m)
         else:
             joint = self.temperature == "auto"
-            cv = KFold(FOLDS, shuffle=True, random_state=0)
-            scores = []
-            for penalty in grid:
-                held = 0.0
-                for tr, va in cv.split(evidence.log_lik):
-                    held += _held_out_log_score(evidence, tr, va, penalty, joint)
-                scores.append(held)
-            self.penalty_ = grid[int(np.argmax(scores))]
+            self.penalty_ = cv_penalty(evidence, grid, joint)
             if joint:
                 self.weights_, self.temperature_ = calibrated_pool(evidence, self.penalty_)
                 self.n_features_in_ = Z.shape[1]
@@ -98,6 +92,19 @@ class StackingCombiner(_ConstantCombiner):
         self.temperature_ = fit_or_fixed_temperature(self.temperature, w, evidence)
         self.n_features_in_ = Z.shape[1]
         return self
+
+
+def cv_penalty(ev: Evidence, grid: Sequence[float] = PENALTY_GRID, joint: bool = True) -> float:
+    """The L2 weight on the pool's logits with the best 5-fold cross-validated log score
+    (with the pool's temperature fitted jointly, when ``joint``)."""
+    cv = KFold(FOLDS, shuffle=True, random_state=0)
+    scores = []
+    for penalty in grid:
+        held = 0.0
+        for tr, va in cv.split(ev.log_lik):
+            held += _held_out_log_score(ev, tr, va, float(penalty), joint)
+        scores.append(held)
+    return float(grid[int(np.argmax(scores))])
 
 
 def _held_out_log_score(

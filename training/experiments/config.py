@@ -64,6 +64,7 @@ PAPER_DEFAULTS: dict[str, Any] = {
     # none of our additions (no selection, no early stopping, no mixture temperature).
     "iabma_paper": {
         "objective": "elbo",
+        "pool_kl_weight": 0.0,
         "energy_reduction": "sum",
         "prior_temperature": 1.0,
         "batch_size": 64,

@@ -28,6 +28,9 @@ class Member:
     objective: Objective
     kl_weight: float
     prior_index: int = 0  # which of the supplied log priors this member regularises toward
+    # lambda_pool: the weight of KL(q || w_pool), the pull toward a reference weight
+    # vector (stacking's pool), beside kl_weight's pull toward the adaptive prior.
+    pool_kl_weight: float = 0.0
 
 
 @dataclass
@@ -65,15 +68,32 @@ class _Objectives:
     log_prior: np.ndarray  # (n, K or 1, m)
 
     @classmethod
-    def build(cls, members: Sequence[Member], log_priors: np.ndarray) -> _Objectives:
+    def build(
+        cls,
+        members: Sequence[Member],
+        log_priors: np.ndarray,
+        log_reference: np.ndarray | None = None,
+    ) -> _Objectives:
+        """``log_reference``: (m,) log weights that ``pool_kl_weight`` pulls toward.
+
+        ``lam KL(q || p) + lam_pool KL(q || w)`` is ``(lam + lam_pool) KL(q || r)`` up to a
+        constant in ``q``, where ``log r`` is the weighted mean of ``log p`` and ``log w``
+        (the geometric mixture), so both pulls are one KL term with the same gradient.
+        """
         used = sorted({mb.prior_index for mb in members})
-        lp = (
-            np.stack([log_priors[mb.prior_index] for mb in members], axis=1)
-            if len(used) > 1
-            else log_priors[used[0]][:, None, :]
-        )
+        pulled = any(mb.pool_kl_weight > 0 for mb in members)
+        if pulled and log_reference is None:
+            raise ValueError("members with pool_kl_weight > 0 need log_reference")
+        if pulled:
+            assert log_reference is not None
+            lp = np.stack([_mixed_prior(mb, log_priors, log_reference) for mb in members], axis=1)
+        elif len(used) > 1:
+            lp = np.stack([log_priors[mb.prior_index] for mb in members], axis=1)
+        else:
+            lp = log_priors[used[0]][:, None, :]
+        lam = [mb.kl_weight + mb.pool_kl_weight for mb in members]
         return cls(
-            lam=np.array([mb.kl_weight for mb in members], dtype=np.float32)[:, None, None],
+            lam=np.array(lam, dtype=np.float32)[:, None, None],
             marginal=np.array([mb.objective == "marginal" for mb in members])[:, None, None],
             log_prior=np.ascontiguousarray(lp, dtype=np.float32),
         )
@@ -110,6 +130,16 @@ class _Objectives:
         return g
 
 
+def _mixed_prior(mb: Member, log_priors: np.ndarray, log_reference: np.ndarray) -> np.ndarray:
+    """(n, m) ``log r`` of :meth:`_Objectives.build` for one member."""
+    lp = log_priors[mb.prior_index]
+    total = mb.kl_weight + mb.pool_kl_weight
+    if total == 0:
+        return lp
+    ref = np.broadcast_to(np.asarray(log_reference, dtype=np.float64), lp.shape)
+    return (mb.kl_weight * lp + mb.pool_kl_weight * ref) / total
+
+
 def train_members(
     Z: np.ndarray,
     log_lik: np.ndarray,
@@ -128,6 +158,7 @@ def train_members(
     steer: np.ndarray | None = None,
     snapshots: bool = False,
     progress: bool = False,
+    log_reference: np.ndarray | None = None,
 ) -> TrainResult:
     """Train ``len(members)`` networks in one pass over the data.
 
@@ -157,6 +188,11 @@ def train_members(
     snapshots : bool
         Keep every member's layers after every epoch (``TrainResult.snapshots``), so a
         caller can take a member at any epoch without retraining.
+    log_reference : (m,) array, optional
+        The log weights of the reference (stacking's pool) that members with
+        ``pool_kl_weight > 0`` are pulled toward; those members also start there (their
+        output bias is ``log_reference``), so that every point of the path starts at its
+        end and moves away only as far as the likelihood pays for.
     """
     if (record_val_logits or prune or patience) and validation is None:
         raise ValueError("record_val_logits, prune and patience need validation rows")
@@ -165,8 +201,13 @@ def train_members(
     gen = torch.Generator().manual_seed(int(random_state))
     with torch.no_grad():
         net = PosteriorNet(Z.shape[1], m, hidden, K, generator=gen)
+        if log_reference is not None:
+            start = np.asarray(log_reference, dtype=np.float64)
+            for j, mb in enumerate(members):
+                if mb.pool_kl_weight > 0:
+                    net.biases[-1][j, 0] = torch.from_numpy(start - start.mean())
     opt = FlatAdam(net, float(learning_rate))
-    obj = _Objectives.build(members, log_priors)
+    obj = _Objectives.build(members, log_priors, log_reference)
     z_t = np.ascontiguousarray(Z, dtype=np.float32)
     l_t = np.ascontiguousarray(log_lik, dtype=np.float32)
     track = None

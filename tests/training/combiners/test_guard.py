@@ -11,10 +11,11 @@ import pytest
 from onnx import TensorProto
 
 from training.combiners.choice import choose_network
-from training.combiners.fallback import POOL_PENALTY, calibrated_pool, row_nll
+from training.combiners.fallback import calibrated_pool, row_nll
 from training.combiners.guard import judging_groups
 from training.combiners.iabma_gate import IABMAGate
 from training.combiners.selection import search_candidates
+from training.combiners.stacking import cv_penalty
 from training.evidence import regression_evidence
 from training.nn.trainer import Member
 from training.onnx_graph import GraphBuilder
@@ -60,29 +61,32 @@ def _one_expert_rules(n: int, seed: int):
     return Z, ev
 
 
-def test_the_pool_ships_where_it_is_truly_the_better_gate() -> None:
+def test_what_ships_is_no_worse_than_the_pool_where_the_pool_is_the_better_gate() -> None:
     """On 300 rows where one expert rules everywhere, the pool is truly better than the
-    network: on 5,000 fresh rows the network alone loses to it in at least 8 of 10 seeds.
-    The guard ships the pool in at least 9 of 10."""
-    shipped, network_loses = [], 0
+    free network: on 5,000 fresh rows the network trained without the pull toward the pool
+    loses to it in at least 8 of 10 seeds. What the guard ships (the pool, or a point of
+    the path near it) is never worse than the pool there by more than 0.0005 nats."""
+    free_loses, excess = 0, []
     for seed in range(10):
         Z, ev = _one_expert_rules(300, seed)
         Z_new, ev_new = _one_expert_rules(5000, seed + 100)
-        sel = IABMAGate(random_state=seed).fit(Z, ev).selected_
-        shipped.append(sel["gate"])
-        assert "took no part in choosing it" in sel["gate_reason"]
-        alone = IABMAGate(random_state=seed, fallback=False).fit(Z, ev)
-        w, t = calibrated_pool(ev, POOL_PENALTY)
+        gate = IABMAGate(random_state=seed).fit(Z, ev)
+        assert "took no part in choosing it" in gate.selected_["gate_reason"]
+        free = IABMAGate(random_state=seed, fallback=False, pool_kl_weight=0.0).fit(Z, ev)
+        w, t = calibrated_pool(ev, cv_penalty(ev))
         pool = row_nll(np.tile(w, (ev_new.n, 1)), ev_new, t).mean()
-        network_loses += row_nll(alone.weights(Z_new), ev_new, alone.temperature_).mean() > pool
-    assert network_loses >= 8
-    assert shipped.count("stacking") >= 9, shipped
+        free_loses += row_nll(free.weights(Z_new), ev_new, free.temperature_).mean() > pool
+        excess.append(row_nll(gate.weights(Z_new), ev_new, gate.temperature_).mean() - pool)
+    assert free_loses >= 8
+    assert max(excess) < 5e-4, excess
 
 
 @pytest.mark.parametrize("kind", ["dominated", "exchangeable"])
 def test_a_shipped_pool_is_one_constant_vector_and_exports_as_one(kind: str) -> None:
     Z, ev = _evidence(kind)
-    gate = IABMAGate(epochs=8, random_state=0).fit(Z, ev)
+    # The free network against the pool (no path, whose points near the pool can win by
+    # a hair), so that the pool ships.
+    gate = IABMAGate(epochs=8, random_state=0, pool_kl_weight=0.0).fit(Z, ev)
     sel = gate.selected_
     assert sel["gate"] == "stacking", sel["gate_reason"]
     assert sel["gate_advantage"] <= sel["gate_standard_error"]

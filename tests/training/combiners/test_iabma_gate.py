@@ -9,6 +9,7 @@ import pytest
 
 from app.bundle.prior import baseline_for_new_inputs
 from training.combiners.iabma_gate import KL_GRID, IABMAGate
+from training.combiners.pool_path import POOL_KL_GRID
 from training.combiners.selection import HALVING_FRACTION, SURVIVORS, selection_splits
 from training.errors import NotFittedError, ParameterError
 from training.evidence import prior_energy
@@ -29,6 +30,7 @@ def test_a_fixed_setting_trains_once_without_search(fitted_inputs) -> None:
     assert gate.selected_ == {
         "objective": "elbo",
         "kl_weight": 0.1,
+        "pool_kl_weight": 0.0,
         "prior_temperature": 1.0,
         "epochs": 3,
         "temperature": 1.0,
@@ -41,7 +43,11 @@ def test_a_fixed_setting_trains_once_without_search(fitted_inputs) -> None:
 def test_auto_searches_the_grid_with_halving(fitted_inputs) -> None:
     Z, ev = fitted_inputs
     gate = IABMAGate(epochs=16).fit(Z, ev)
-    assert len(gate.search_results_) == 12  # 2 objectives x 6 lambdas (lambda=0 shared)
+    # 2 objectives x 6 lambdas (lambda=0 shared), then the winner at each lambda_pool > 0
+    path = [p for p in POOL_KL_GRID if p > 0]
+    assert len(gate.search_results_) == 12 + len(path)
+    assert [r["pool_kl_weight"] for r in gate.search_results_[12:]] == path
+    assert all(r["pool_kl_weight"] == 0 for r in gate.search_results_[:12])
     pruned = [r for r in gate.search_results_ if "pruned_after_epoch" in r]
     assert len(pruned) == 12 - SURVIVORS
     assert all(r["pruned_after_epoch"] == 16 // HALVING_FRACTION for r in pruned)
@@ -162,7 +168,11 @@ def test_auto_prior_temperature_trains_a_member_per_temperature(fitted_inputs) -
     tried under both (lambda = 0 ignores the prior: one member per objective)."""
     Z, ev = fitted_inputs
     gate = IABMAGate(prior_temperature="auto", epochs=8).fit(Z, ev)
-    tried = [(r["objective"], r["kl_weight"], r["prior_temperature"]) for r in gate.search_results_]
+    tried = [
+        (r["objective"], r["kl_weight"], r["prior_temperature"])
+        for r in gate.search_results_
+        if r["pool_kl_weight"] == 0
+    ]
     positive = [lam for lam in KL_GRID if lam > 0]
     assert sorted(tried) == sorted(
         [(o, lam, tau) for o in ("elbo", "marginal") for lam in positive for tau in (1.0, 4.0)]
@@ -177,7 +187,13 @@ def test_each_member_trains_against_the_prior_at_its_own_temperature(fitted_inpu
     the first's, bit for bit. The gate ships the temperature of the member that won,
     wherever it stands in the grid."""
     Z, ev = fitted_inputs
-    kw = {"kl_grid": (1.0,), "objective": "elbo", "epochs": 8, "n_iter_no_change": None}
+    kw = {
+        "kl_grid": (1.0,),
+        "objective": "elbo",
+        "epochs": 8,
+        "n_iter_no_change": None,
+        "pool_kl_weight": 0.0,
+    }
     runs = {
         grid: IABMAGate(prior_temperature="auto", prior_temperature_grid=grid, **kw).fit(Z, ev)
         for grid in ((0.05, 4.0), (0.05, 0.05), (0.05, 1.0))

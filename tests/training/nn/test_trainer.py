@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from training.nn.adam import FlatAdam, backward, forward, log_softmax
-from training.nn.net import PosteriorNet
+from training.nn.net import PosteriorNet, mlp_logits, softmax_f32
 from training.nn.trainer import Member, _Objectives, member_objective, train_members
 
 
@@ -172,7 +172,6 @@ def test_a_large_kl_weight_pulls_q_onto_the_prior(simulation_fit) -> None:
     """
     from app.bundle.prior import log_prior_at_training_points
     from training.evidence import prior_energy
-    from training.nn.net import mlp_logits, softmax_f32
 
     est, train = simulation_fit.est, simulation_fit.train
     Z = est.encoder_.transform(est.columns(train.X))
@@ -255,3 +254,58 @@ def test_snapshots_are_the_networks_after_each_epoch() -> None:
                 assert np.array_equal(wa, wb) and np.array_equal(ba, bb)
     for (wa, _), (wb, _) in zip(res.snapshots[1][-1], res.layers[1], strict=True):
         assert np.array_equal(wa, wb)
+
+
+@pytest.mark.parametrize("objective", ["elbo", "marginal"])
+def test_the_pull_toward_the_pool_is_a_second_kl_term(objective: str) -> None:
+    """With ``pool_kl_weight``, the gradient is autograd's of
+    ``fit - lam KL(q || p) - lam_pool KL(q || w)``: the two pulls folded into one KL term
+    toward their geometric mixture move ``q`` exactly as the two terms do."""
+    members = [
+        Member(objective, 0.3, 0, 2.0),  # type: ignore[arg-type]
+        Member(objective, 0.0, 0, 5.0),  # type: ignore[arg-type]
+        Member(objective, 0.1, 0, 0.0),  # type: ignore[arg-type]
+    ]
+    logits, L, priors = _objective_case(members, 4)
+    prior = priors[:1]  # one prior, shared
+    log_w = torch.log_softmax(torch.tensor([0.5, -1.0, 2.0, 0.0, 0.3], dtype=torch.float64), 0)
+    obj = _Objectives.build(members, prior.numpy(), log_w.numpy())
+    obj.log_prior = np.stack(
+        [_mixed(mb, prior[0].numpy(), log_w.numpy()) for mb in members], axis=1
+    )
+    # In float64 throughout (the trainer keeps lam in float32), so the comparison is tight.
+    obj.lam = np.array([mb.kl_weight + mb.pool_kl_weight for mb in members])[:, None, None]
+    got = obj.gradient(torch.log_softmax(logits, -1).numpy(), L.numpy(), obj.log_prior)
+
+    leaf = logits.clone().requires_grad_(True)
+    lq = torch.log_softmax(leaf, -1)
+    q = lq.exp()
+    fit = torch.logsumexp(lq + L, -1) if objective == "marginal" else (q * L).sum(-1)
+    lam = torch.tensor([mb.kl_weight for mb in members], dtype=torch.float64)[:, None]
+    lam_pool = torch.tensor([mb.pool_kl_weight for mb in members], dtype=torch.float64)[:, None]
+    total = (fit - lam * (q * (lq - prior)).sum(-1) - lam_pool * (q * (lq - log_w)).sum(-1)).sum()
+    (want,) = torch.autograd.grad(total, leaf)
+    np.testing.assert_allclose(got, want.numpy(), atol=1e-10, rtol=1e-9)
+
+
+def _mixed(mb: Member, lp: np.ndarray, log_w: np.ndarray) -> np.ndarray:
+    total = mb.kl_weight + mb.pool_kl_weight
+    return lp if total == 0 else (mb.kl_weight * lp + mb.pool_kl_weight * log_w) / total
+
+
+def test_members_pulled_toward_the_pool_start_there_and_stay_near_it() -> None:
+    """A member with a large ``pool_kl_weight`` starts at the reference weights (its
+    output bias) and ends near them; one without it is not pulled there."""
+    Z, L, lp = _data(n=400, m=3, seed=2)
+    w = np.array([0.7, 0.2, 0.1])
+    members = [Member("marginal", 0.0, 0, 1000.0), Member("marginal", 0.0)]
+    start = train_members(Z, L, lp, members, epochs=0, log_reference=np.log(w))
+    end = train_members(Z, L, lp, members, epochs=5, log_reference=np.log(w))
+    for res, tol in ((start, 0.2), (end, 0.02)):
+        assert res.layers[0] is not None and res.layers[1] is not None
+        near = softmax_f32(mlp_logits(Z, res.layers[0]))
+        assert np.abs(near - w).max() < tol
+    free = softmax_f32(mlp_logits(Z, end.layers[1]))
+    assert np.abs(free - w).max() > 0.3
+    with pytest.raises(ValueError, match="log_reference"):
+        train_members(Z, L, lp, members, epochs=1)
