@@ -163,6 +163,7 @@ def test_the_live_rule_needs_the_rows_and_an_advantage_beyond_its_se() -> None:
     assert decide({**block, "nll_diff": -0.05}, 100) is None
     assert "only 500 outcome rows" in str(decide({**block, "nll_diff": -0.05}, 501))
     assert "does not exceed" in str(decide({**block, "nll_diff": 0.05, "paired_se": 0.0}, 2))
+    assert "float rounding" in str(decide({**block, "nll_diff": -8e-10, "paired_se": 5e-10}, 2))
 
 
 def test_an_added_expert_is_shadowed_by_the_staged_graph_on_regression(
