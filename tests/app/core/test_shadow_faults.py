@@ -102,6 +102,8 @@ def test_a_broken_staged_version_never_fails_a_served_request(
         assert shadow.stopped is not None and shadow.stopped["version"] == "v-failing"
         assert shadow.stopped["error"].startswith("score:")
         assert faults(app, "score") == before["score"] + 1
+        assert app.post("/admin/reload", headers=AUTH).status_code == 200
+        assert shadow.gate is None, "a stopped version is not tried again until STAGED moves"
         r = app.post("/predict", json={"instances": rows})
         assert r.status_code == 200 and r.json()["predictions"] == want
         block = app.get("/performance?compare=staged").json()["staged"]
