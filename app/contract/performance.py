@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, ClassVar
 
+from app.contract.staged import StagedComparison
+
 
 @dataclass(frozen=True)
 class ClassScores:
@@ -114,3 +116,8 @@ class Performance:
             "time, oldest first."
         }
     )
+    staged: StagedComparison | None = field(
+        default=None,
+        metadata={"doc": "With compare=staged: the staged version against the served one on "
+                  "the same outcome rows; null when nothing is staged."},
+    )  # fmt: skip

@@ -17,7 +17,7 @@ from app.bundle.loader import read_manifest, sha256_file
 from app.bundle.pointer import RolloutError
 from app.bundle.staged import STAGED_FILE, check_feedable, stage, staged, unstage
 from app.cli.main import main
-from tests.support.bundles import Bundles, make_settings
+from tests.support.bundles import Bundles, check_contract, make_settings
 from tests.support.harness import AsgiHarness
 from tests.support.metrics import scrape, total
 from tests.support.services import wait_for
@@ -215,7 +215,9 @@ def test_a_staged_copy_of_the_served_version_scores_as_it(
             outcomes = [{"request_id": rid, "row": i, "outcome": y} for i, y in enumerate(labels)]
             assert app.post("/feedback", json={"outcomes": outcomes}).status_code == 200
         wait_for(app.service.shadow.idle, 10, "the shadow to keep every request")
-        block = app.get("/performance?compare=staged").json()["staged"]
+        body = app.get("/performance?compare=staged").json()
+        check_contract(app, "Performance", body)
+        block = body["staged"]
     assert block["rows"] == 60 and block["version"] == "v-same"
     assert abs(block["nll_diff"]) < 1e-6 and block["staged_nll"] == pytest.approx(
         block["served_nll"], abs=1e-6

@@ -17,7 +17,7 @@ import pytest
 from app.bundle.pointer import current, history
 from app.bundle.staged import evidence_log, staged
 from app.cli.main import main
-from tests.support.bundles import instances, make_settings
+from tests.support.bundles import check_contract, instances, make_settings
 from tests.support.console import check_page
 from tests.support.harness import AsgiHarness
 from tests.support.metrics import scrape
@@ -121,7 +121,9 @@ def test_a_staged_refit_is_scored_in_shadow_and_promoted_on_live_evidence(
         answers = serve(app, rows[100:], "late", rng)
         assert len(answers) == 1100
         wait_for(shadow.idle, 10, "the shadow to keep every request")
-        block = app.get("/performance?compare=staged").json()["staged"]
+        body = app.get("/performance?compare=staged").json()
+        check_contract(app, "Performance", body)
+        block = body["staged"]
         samples, _ = scrape(app)
         page = app.get("/audit/performance")
         assert page.status_code == 200, page.text
