@@ -3,6 +3,8 @@
 Every worker of every replica checks ``LATEST`` every ``IABMA_RELOAD_INTERVAL_SECONDS``
 and loads the version it names in the background, so moving the pointer is the rollout.
 Promotion verifies the version first (manifest, checksums, graphs), as a server would.
+``--if-better-live`` promotes the version ``STAGED`` names instead, only on the evidence of
+the outcomes it was scored on in shadow (see ``iabma stage --help``).
 """
 
 from __future__ import annotations

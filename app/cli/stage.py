@@ -9,7 +9,8 @@ requests cannot feed (a feature they do not carry), naming why.
 ``--if-better-live`` reads the trail (``IABMA_AUDIT_URL``) and promotes the staged
 version only when, over at least ``--min-rows`` outcome rows scored under both versions,
 its mean NLL is lower than the served one's by more than the paired standard error of
-that difference; otherwise it says which rule failed. ``EVIDENCE``, beside ``HISTORY``,
+that difference (and by more than 1e-6 nats, the graphs' float rounding); otherwise it
+says which rule failed. ``EVIDENCE``, beside ``HISTORY``,
 records the figures that promoted it. Exit code 3: not promoted, and why is printed.
 """
 
@@ -23,6 +24,9 @@ from app.cli.text import command
 from app.errors import CommandError, option_fault
 
 DEFAULT_MIN_ROWS = 200
+# An advantage below this (nats per row) is the graphs' float32 rounding, not evidence: the
+# served version staged as itself differs from itself by ~1e-9, with an SE smaller still.
+FLOAT_NOISE = 1e-6
 
 
 def add_parsers(sub: Any) -> None:
@@ -93,6 +97,8 @@ def decide(block: dict[str, Any], min_rows: int) -> str | None:
         return (
             f"the staged version's NLL advantage {-diff:.6g} does not exceed its paired SE {se:.6g}"
         )
+    if not -diff > FLOAT_NOISE:
+        return f"the staged version's NLL advantage {-diff:.3g} is float rounding (< 1e-6)"
     return None
 
 

@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, ClassVar
 
+from app.contract.staged import StagedComparison
+
 
 @dataclass(frozen=True)
 class ClassScores:
@@ -147,3 +149,8 @@ class Performance:
             "rows were served; null with fewer than 60 rows or no change at p < 0.01."
         },
     )
+    staged: StagedComparison | None = field(
+        default=None,
+        metadata={"doc": "With compare=staged: the staged version against the served one on "
+                  "the same outcome rows; null when nothing is staged."},
+    )  # fmt: skip

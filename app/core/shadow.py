@@ -71,7 +71,8 @@ class Shadow:
         self._refreshed = 0.0
         self._ensured = False  # iabma_shadow exists in the trail
         self.offered = 0  # requests queued (event loop)
-        self.settled = 0  # of those, the ones written, dropped or failed (the thread)
+        self.settled = 0  # of those, the ones written or failed (the thread)
+        self._stopped_at: tuple[Any, ...] | None = None  # the pointer's key at the last fault
 
     # -- the request path (event loop): must never raise --------------------------------
     def offer(
@@ -115,10 +116,11 @@ class Shadow:
 
     async def check(self, force: bool = False) -> None:
         """Open what ``STAGED`` names if it (or the served version) changed; a version that
-        fails to open is logged and counted, and the served requests go on."""
+        fails to open is logged and counted, and the served requests go on. A version that
+        stopped (at opening or on a group) is not opened again until ``STAGED`` moves."""
         key = self._stat()
-        if key == self._seen and not force:
-            return
+        if (key == self._seen and not force) or (key is not None and key == self._stopped_at):
+            return  # unchanged, or the version that stopped, still named: not again
         self._seen = key
         served = self.runtime.current
         named = _read(self.pointer) if key is not None else None
@@ -159,6 +161,7 @@ class Shadow:
         labels = (self.settings.model_name, served.version if served else "")
         shadow_families().faults.labels(*labels, version, stage).inc()
         self.stopped = {"version": version, "error": f"{stage}: {exc}"}
+        self._stopped_at = self._seen
         log.error("shadow of version %s stopped at %s: %s", version, stage, exc)
 
     # -- the thread ----------------------------------------------------------------------

@@ -17,10 +17,11 @@ from app.bundle.loader import read_manifest, sha256_file
 from app.bundle.pointer import RolloutError
 from app.bundle.staged import STAGED_FILE, check_feedable, stage, staged, unstage
 from app.cli.main import main
-from tests.support.bundles import Bundles, make_settings
+from tests.support.bundles import Bundles, check_contract, make_settings
 from tests.support.harness import AsgiHarness
 from tests.support.metrics import scrape, total
 from tests.support.services import wait_for
+from tests.support.trail import Trail
 
 TOKEN = "shadow-admin-token"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -101,6 +102,8 @@ def test_a_broken_staged_version_never_fails_a_served_request(
         assert shadow.stopped is not None and shadow.stopped["version"] == "v-failing"
         assert shadow.stopped["error"].startswith("score:")
         assert faults(app, "score") == before["score"] + 1
+        assert app.post("/admin/reload", headers=AUTH).status_code == 200
+        assert shadow.gate is None, "a stopped version is not tried again until STAGED moves"
         r = app.post("/predict", json={"instances": rows})
         assert r.status_code == 200 and r.json()["predictions"] == want
         block = app.get("/performance?compare=staged").json()["staged"]
@@ -190,3 +193,41 @@ def test_every_protocol_is_shadowed(bundles: Bundles, store_copy: Path, tmp_path
                 "SELECT request_id FROM iabma_audit_log"
             )]  # fmt: skip
     assert kept() == sorted(logged)
+
+
+def test_a_staged_copy_of_the_served_version_scores_as_it(
+    bundles: Bundles, store_copy: Path, tmp_path: Path, trail: Trail
+) -> None:
+    """The same gate and experts staged: every paired row's staged NLL is the served one,
+    on SQLite and PostgreSQL, and the live rule refuses to promote a version no better."""
+    copy_version(store_copy, bundles.demo.version, "v-same")
+    stage(store_copy, "demo", "v-same")
+    rows = bundles.demo.instances(slice(0, 60))
+    settings = make_settings(store_copy, tmp_path, audit_url=trail.url, reload_interval_seconds=0)
+    with AsgiHarness(settings) as app:
+        for k in range(0, 60, 20):
+            rid = f"same{k}"
+            r = app.post(
+                "/predict", json={"instances": rows[k : k + 20]}, headers={"X-Request-ID": rid}
+            )
+            assert r.status_code == 200, r.text
+            labels = [p["prediction"]["label"] for p in r.json()["predictions"]]
+            outcomes = [{"request_id": rid, "row": i, "outcome": y} for i, y in enumerate(labels)]
+            assert app.post("/feedback", json={"outcomes": outcomes}).status_code == 200
+        wait_for(app.service.shadow.idle, 10, "the shadow to keep every request")
+        body = app.get("/performance?compare=staged").json()
+        check_contract(app, "Performance", body)
+        block = body["staged"]
+    assert block["rows"] == 60 and block["version"] == "v-same"
+    assert abs(block["nll_diff"]) < 1e-6 and block["staged_nll"] == pytest.approx(
+        block["served_nll"], abs=1e-6
+    )
+    assert sum(b["rows"] for b in block["over_time"]) == 60
+    assert set(block["weight_drift"]["psi"]) == set(
+        read_manifest(store_copy / "demo" / "v-same").expert_names
+    )
+    groups = trail.rows("SELECT request_ids FROM iabma_shadow")
+    assert sorted(r for (ids,) in groups for r in ids.split("\n")) == ["same0", "same20", "same40"]
+    code = main(["promote", "--store", str(store_copy), "--name", "demo", "--if-better-live",
+                 "--min-rows", "10", "--audit-url", trail.url])  # fmt: skip
+    assert code == 3 and staged(store_copy / "demo") == "v-same"

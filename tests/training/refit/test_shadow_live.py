@@ -11,18 +11,19 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from app.bundle.pointer import current, history
 from app.bundle.staged import evidence_log, staged
 from app.cli.main import main
-from tests.support.bundles import instances, make_settings
+from tests.support.bundles import check_contract, instances, make_settings
 from tests.support.console import check_page
 from tests.support.harness import AsgiHarness
 from tests.support.metrics import scrape
 from tests.support.outcomes import drawn_from
 from tests.support.services import wait_for
-from tests.training.refit.conftest import PER_REQUEST, TRUTH, World
+from tests.training.refit.conftest import PER_REQUEST, TRUTH, RegWorld, World
 from training.datasets import simulate
 
 TOKEN = "shadow-live-token"
@@ -120,7 +121,9 @@ def test_a_staged_refit_is_scored_in_shadow_and_promoted_on_live_evidence(
         answers = serve(app, rows[100:], "late", rng)
         assert len(answers) == 1100
         wait_for(shadow.idle, 10, "the shadow to keep every request")
-        block = app.get("/performance?compare=staged").json()["staged"]
+        body = app.get("/performance?compare=staged").json()
+        check_contract(app, "Performance", body)
+        block = body["staged"]
         samples, _ = scrape(app)
         page = app.get("/audit/performance")
         assert page.status_code == 200, page.text
@@ -162,3 +165,49 @@ def test_the_live_rule_needs_the_rows_and_an_advantage_beyond_its_se() -> None:
     assert decide({**block, "nll_diff": -0.05}, 100) is None
     assert "only 500 outcome rows" in str(decide({**block, "nll_diff": -0.05}, 501))
     assert "does not exceed" in str(decide({**block, "nll_diff": 0.05, "paired_se": 0.0}, 2))
+    assert "float rounding" in str(decide({**block, "nll_diff": -8e-10, "paired_se": 5e-10}, 2))
+
+
+def test_an_added_expert_is_shadowed_by_the_staged_graph_on_regression(
+    reg_world: RegWorld, reg_store: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A refit with an expert the served version lacks runs its own fused graph; its
+    staged NLL is the mixture of that graph's answer, in the target's units."""
+    from app.bundle.loader import open_bundle
+    from app.bundle.normal import gaussian_logpdf
+    from app.bundle.predictor import BundlePredictor
+
+    trail = tmp_path / "trail"
+    trail.mkdir()
+    shutil.copy(reg_world.full_url.removeprefix("sqlite:///"), trail / "audit.db")
+    url = f"sqlite:///{trail / 'audit.db'}"
+    common = ["--store", str(reg_store), "--name", "reg", "--audit-url", url]
+    added = f"gbm={reg_world.added}"
+    assert main(["refit", "--quiet", *common, "--add-expert", added, "--stage"]) == 0, (
+        capsys.readouterr()
+    )
+    v2 = staged(reg_store / "reg")
+    assert v2 is not None
+    rows = [row for rid in ("q0", "q1", "q2") for row in reg_world.sent[rid]]
+    y = np.asarray(reg_world.y[: len(rows)])
+    with AsgiHarness(make_settings(reg_store, trail, "reg")) as app:
+        shadow = app.service.shadow
+        assert shadow.gate is not None and not shadow.gate.gate_only
+        r = app.post("/predict", json={"instances": rows}, headers={"X-Request-ID": "s0"})
+        assert r.status_code == 200, r.text
+        outcomes = [{"request_id": "s0", "row": i, "outcome": float(v)} for i, v in enumerate(y)]
+        assert app.post("/feedback", json={"outcomes": outcomes}).status_code == 200
+        wait_for(shadow.idle, 10, "the shadow to keep the request")
+        block = app.get("/performance?compare=staged").json()["staged"]
+    assert block["rows"] == len(rows) and block["version"] == v2
+    bundle = open_bundle(reg_store / "reg" / v2)
+    m = bundle.manifest
+    X = pd.DataFrame(rows)
+    feeds = {f.input: np.asarray(X[f.name], np.float32)[:, None] for f in m.features}
+    pred = BundlePredictor(bundle).predict(feeds, interval=False)
+    assert pred.expert_means is not None
+    sds = np.array([e.sigma for e in m.experts]) * m.target.scale * m.mixture.temperature
+    lp = np.log(pred.weights) + gaussian_logpdf(y[:, None], pred.expert_means, sds)
+    top = lp.max(axis=1)
+    nll = -(top + np.log(np.exp(lp - top[:, None]).sum(axis=1)))
+    assert block["staged_nll"] == pytest.approx(nll.mean(), rel=1e-5)
