@@ -304,34 +304,15 @@ def _stage(args: argparse.Namespace, path: Path) -> None:
 
 
 def _auto_since(args: argparse.Namespace, until: int | None) -> int:
-    """``--since auto``: the time of the change point of the mixture's realised NLL over
-    the window's outcomes (less the excluded posters'), as GET /performance finds it."""
-    from app.audit.read.change_point import P_VALUE, trail_change_point
-    from app.audit.read.outcome_filter import OutcomeFilter
-    from app.audit.store.records import iso_from_us
-    from training.errors import ParameterError
+    """``--since auto``: where the realised NLL changed (:mod:`training.refit.since`)."""
     from training.refit.data import check_posters
+    from training.refit.since import auto_since
 
     store, _ = _engine_and_key(args, False)
     try:
-        flt = OutcomeFilter(args.name, None, until, None, check_posters(args.exclude_poster))
-        rows, point = trail_change_point(store.engine, flt)
+        return auto_since(store.engine, args.name, until, check_posters(args.exclude_poster))
     finally:
         store.close()
-    if point is None:
-        raise ParameterError(
-            "--since",
-            "auto",
-            f"found no change in the realised NLL of {rows:,} outcome rows (CUSUM, p < "
-            f"{P_VALUE:g}, at least 30 rows on each side); give a time",
-        )
-    at = int(point["served_at_us"])
-    print(
-        f"change point: {point['rows_before']:,} outcome rows at NLL {point['nll_before']:.4f}, "
-        f"then {point['rows_after']:,} at {point['nll_after']:.4f} (p = {point['p_value']:.2g}); "
-        f"--since {iso_from_us(at)}"
-    )
-    return at
 
 
 def _opened(args: argparse.Namespace) -> tuple[Path, Any]:

@@ -13,7 +13,7 @@ import pytest
 
 from app.bundle.manifest import MANIFEST_FILE
 from app.bundle.reference import bin_counts, numeric_reference
-from tests.support.bundles import Bundles, make_settings
+from tests.support.bundles import Bundles, check_contract, make_settings
 from tests.support.harness import AsgiHarness
 from tests.support.metrics import scrape, total, value
 from tests.support.services import wait_for
@@ -65,6 +65,7 @@ def test_a_shifted_feature_passes_psi_025_and_counts_out_of_range(
         serve(app, after)
         wait_for(lambda: drift_of(app, "x1")["rows"] >= 1500, 10, "the shifted rows")
         x1, x2 = drift_of(app, "x1"), drift_of(app, "x2")
+        check_contract(app, "DriftReport", app.get("/drift").json())
         assert x1["psi"] > 0.25 and x1["out_of_range"] > 0, x1
         assert x2["psi"] < x1["psi"]
         samples, types = scrape(app)

@@ -14,7 +14,7 @@ import pytest
 
 from app.audit.read.change_point import cusum, kolmogorov_p
 from app.metrics.alerts import ALERT_Z
-from tests.support.bundles import make_settings
+from tests.support.bundles import check_contract, make_settings
 from tests.support.harness import AsgiHarness
 from tests.support.metrics import scrape, value
 from tests.support.services import wait_for
@@ -87,6 +87,7 @@ def test_a_covariate_shift_is_noticed_within_1000_outcome_rows(
         drift = {f["feature"]: f for f in app.get("/drift").json()["features"]}
         assert drift["x1"]["psi"] > 0.25 and drift["x1"]["out_of_range"] > 0
         report = app.get("/performance").json()
+        check_contract(app, "Performance", report)
         point = report["change_point"]
         assert point is not None, report["mixture"]
         assert abs(point["rows_before"] - BEFORE) <= 200, point
