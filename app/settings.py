@@ -115,6 +115,20 @@ class Settings(BaseSettings):
         ),
     )
     batch_max_rows: int = Field(256, ge=1, le=100_000, description="rows in one batched run")
+    # grpc.aio accepts one call per turn of the event loop, so concurrent calls never meet
+    # in a batch by themselves; a single row's graph was ~40% of a call's CPU.
+    grpc_batch_gap_ms: float = Field(
+        2.0,
+        ge=0,
+        le=100,
+        description=(
+            "while other requests are in flight, a gRPC call's batch waits this long for the "
+            "next call, again after each that comes (0: no wait)"
+        ),
+    )
+    grpc_batch_cap_ms: float = Field(
+        8.0, ge=0, le=100, description="the longest a gRPC call's batch waits in all"
+    )
     # -- drift of the gate's weights without labels (app/metrics/drift.py) --
     drift_window_seconds: float = Field(
         3600.0,

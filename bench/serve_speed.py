@@ -14,6 +14,7 @@ cores. The run matrix is in ``bench/speed/plan.py``; results go to
     .venv/bin/python bench/serve_speed.py --ratio --chain-cost --bundles demo   # + chain cost
     .venv/bin/python bench/serve_speed.py --scaling --bundles demo   # 2 workers vs 1, PostgreSQL
     .venv/bin/python bench/serve_speed.py --rows1000 --bundles demo --rounds 3   # ~2 min
+    .venv/bin/python bench/serve_speed.py --grpc --bundles demo --rounds 3   # gRPC vs REST, ~2 min
 
 gRPC is loaded by h2load (``bench/loadgen/h2load.py``), binary OIP bodies by wrk with
 ``frames.lua``.

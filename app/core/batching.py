@@ -25,6 +25,7 @@ class _Batch:
     rows: int = 0
     timer: asyncio.TimerHandle | None = None
     waited: bool = False
+    paced_until: float = 0.0  # a paced batch runs by then at the latest (loop.time())
 
 
 class Batcher:
@@ -36,6 +37,9 @@ class Batcher:
     max_rows : rows in one graph run; a request that would pass it opens the next batch.
     in_flight : how many requests are being served now (this one included).
     on_run : told each graph run's model, number of requests and whether it waited.
+    gap_ms : while others are in flight, how long a paced request's batch waits for the
+        next, again after each that comes (gRPC's ``IABMA_GRPC_BATCH_GAP_MS``).
+    gap_cap_ms : the longest a paced batch waits in all; at least ``gap_ms``.
     """
 
     def __init__(
@@ -44,8 +48,12 @@ class Batcher:
         max_rows: int,
         in_flight: Callable[[], int] = lambda: 1,
         on_run: Callable[[LoadedModel, int, bool], None] | None = None,
+        gap_ms: float = 0.0,
+        gap_cap_ms: float = 0.0,
     ) -> None:
         self.wait = wait_ms / 1000.0
+        self.gap = gap_ms / 1000.0
+        self.gap_cap = max(gap_cap_ms, gap_ms) / 1000.0
         self.max_rows = max_rows
         self.in_flight = in_flight
         self.on_run = on_run
@@ -54,7 +62,12 @@ class Batcher:
         self.requests = 0
         self.waited = 0  # batches that waited for more requests
 
-    async def predict(self, model: LoadedModel, columns: Columns, n: int) -> Prediction:
+    async def predict(
+        self, model: LoadedModel, columns: Columns, n: int, paced: bool = False
+    ) -> Prediction:
+        """The request's answer from a shared graph run. A ``paced`` request (one that
+        arrives one per turn of the event loop, as grpc.aio accepts calls) opens a batch
+        that waits while others keep coming, up to ``gap_ms`` after the last."""
         loop = asyncio.get_running_loop()
         batch = self._open
         if batch is None or batch.model is not model or batch.rows + n > self.max_rows:
@@ -63,8 +76,18 @@ class Batcher:
                 batch.timer = loop.call_later(self.wait, self._run, batch)
                 batch.waited = True
                 self.waited += 1
+            elif paced and self.gap > 0 and self.in_flight() > 1:
+                batch.paced_until = loop.time() + self.gap_cap
+                batch.timer = loop.call_later(self.gap, self._run, batch)
+                batch.waited = True
+                self.waited += 1
             else:
                 loop.call_soon(self._run, batch)
+        elif batch.paced_until and batch.timer is not None:
+            # Another came within the gap: wait one more, as long as the cap allows.
+            batch.timer.cancel()
+            delay = min(self.gap, batch.paced_until - loop.time())
+            batch.timer = loop.call_later(max(delay, 0.0), self._run, batch)
         done: asyncio.Future[Prediction] = loop.create_future()
         batch.parts.append((columns, n, done))
         batch.rows += n

@@ -48,6 +48,9 @@ Encoded = TypeVar("Encoded")  # a codec's answer: bytes for REST, a message for 
 # Up to this many rows onnxruntime and the mixture take well under a millisecond, which is
 # cheaper inline on the event loop than a hop to a worker thread (measured).
 INLINE_ROWS = 64
+# Routes whose calls arrive one per turn of the event loop (grpc.aio accepts them so),
+# never together: their batches wait while calls keep coming (IABMA_GRPC_BATCH_GAP_MS).
+PACED_ROUTES = frozenset({"oip_grpc"})
 
 
 class Service:
@@ -70,6 +73,8 @@ class Service:
                 lambda model, requests, waited: self.metrics.observe_batch(
                     (model.name, model.version), requests, waited
                 ),
+                settings.grpc_batch_gap_ms,
+                settings.grpc_batch_cap_ms,
             )
             if settings.batching
             else None
@@ -241,7 +246,8 @@ class Service:
             with self.tracing.span("graph"):
                 if request.n <= INLINE_ROWS:
                     if self.batcher is not None:
-                        pred = await self.batcher.predict(model, request.columns, request.n)
+                        paced = request.route in PACED_ROUTES
+                        pred = await self.batcher.predict(model, request.columns, request.n, paced)
                     else:
                         pred = model.predictor.predict(request.columns)
                 else:

@@ -49,11 +49,17 @@ def parse_args(argv: Sequence[str] | None, description: str) -> argparse.Namespa
         "(include prediction, and the default answer) against the bare peer, and gRPC "
         "against REST at single rows c32",
     )
+    mode.add_argument(
+        "--grpc",
+        action="store_true",
+        help="only single-row c32 gRPC ModelInfer against REST /predict in one server, and "
+        "the trivial grpc.aio handler, in --rounds alternating rounds",
+    )
     p.add_argument(
         "--rounds",
         type=int,
         default=3,
-        help="rounds of --ratio, --scaling, --rows1000 or --batch (3)",
+        help="rounds of --ratio, --scaling, --rows1000, --batch or --grpc (3)",
     )
     p.add_argument(
         "--chain-cost",
@@ -93,6 +99,7 @@ def parse_args(argv: Sequence[str] | None, description: str) -> argparse.Namespa
         "scaling": args.scaling,
         "rows1000": args.rows1000,
         "batch": args.batch,
+        "grpc": args.grpc,
     }
     args.mode = next((name for name, on in modes.items() if on), "default")
     if args.rounds < 1:

@@ -226,6 +226,18 @@ def _bundle_batch(b: str, rounds: int) -> list[Group]:
     return turn * rounds
 
 
+def _bundle_grpc(b: str, rounds: int) -> list[Group]:
+    """Single rows at c32: our gRPC ModelInfer against our REST /predict in the same
+    server (SQLite trail), then the trivial grpc.aio handler and empty ASGI app (what the
+    stack allows); ``rounds`` times in turn."""
+    load = [("predict", 1, [32]), ("grpc", 1, [32])]
+    turn = [
+        _group(ServerSpec("ours", b, 1, "sqlite"), load),
+        _group(ServerSpec("ceiling", b), load),
+    ]
+    return turn * rounds
+
+
 def build_plan(
     bundles: Sequence[str],
     mode: str,
@@ -242,6 +254,8 @@ def build_plan(
         return [g for b in bundles for g in _bundle_rows1000(b, rounds, baseline, store)]
     if mode == "batch":
         return [g for b in bundles for g in _bundle_batch(b, rounds)]
+    if mode == "grpc":
+        return [g for b in bundles for g in _bundle_grpc(b, rounds)]
     per_bundle = {
         "quick": _bundle_quick,
         "default": _bundle_default,
@@ -263,6 +277,7 @@ FLOOR_S = {
     "scaling": 15.0,
     "rows1000": 15.0,
     "batch": 15.0,
+    "grpc": 15.0,
 }
 
 

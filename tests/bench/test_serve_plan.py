@@ -127,3 +127,13 @@ def test_batch_alternates_ours_and_bare_and_reports_the_1000_row_ratios() -> Non
     assert ratios["rows1000_prediction_over_bare_c1"]["value"] == round(450 / 550, 3)
     assert ratios["rows1000_default_over_bare_c8"]["value"] == round(200 / 650, 3)
     assert ratios["rows1000_default_over_bare_c1"]["value"] is None
+
+
+def test_grpc_alternates_ours_and_the_ceiling_at_single_rows() -> None:
+    plan = build_plan(["demo"], "grpc", rounds=3)
+    assert [g.server.label for g in plan] == ["demo ours 1w sqlite", "demo ceiling 1w"] * 3
+    for group in plan:
+        assert [(r.route, r.rows, r.connections) for r in group.runs] == [
+            ("predict", 1, 32),
+            ("grpc", 1, 32),
+        ]
