@@ -3,7 +3,7 @@
 The experts and the gate compute in float32. Probabilities, weights and entropies are
 written as the shortest text that reads back as the same float32 (what the trail stores),
 so the float64 mixture and split move by at most 6e-8 relatively: probabilities still sum
-to 1, and total = aleatoric + epistemic, within 1e-7. Regression's numbers, in target
+to 1, and total = aleatoric + epistemic, within 1e-7. Regression's other numbers, in target
 units where float32 would lose digits when the mean is far from 0 (the trail keeps them
 float64), are rounded to :data:`SIGNIFICANT` significant digits, which recover any
 float32 the experts gave. docs/clients.md, "Precision", says the same.
@@ -65,8 +65,8 @@ def significant(a: np.ndarray, digits: int = SIGNIFICANT) -> np.ndarray:
 def written(pred: Prediction) -> Prediction:
     """``pred``'s arrays as every encoding writes them: float32 for a classifier's (orjson
     writes them shortest, raw tensors carry their exact float64), :data:`SIGNIFICANT`
-    digits for regression's. Labels are taken from ``pred`` itself, before this rounding:
-    a tie made by rounding must not move them."""
+    digits for regression's, whose weights are float32 too. Labels are taken from ``pred``
+    itself, before this rounding: a tie made by rounding must not move them."""
     if pred.proba is not None:
         assert pred.expert_proba is not None
         return replace(
@@ -77,15 +77,15 @@ def written(pred: Prediction) -> Prediction:
             expert_proba=float32(pred.expert_proba),
         )
     # Every array in one call: the calls, not the values, cost a single row.
+    # The weights are the gate's float32 in any task, and the trail stores them so.
     arrays: list[np.ndarray | None] = [
-        pred.weights, pred.uncertainty, pred.mean, pred.std, pred.interval,
-        pred.expert_means, pred.expert_sds,
+        pred.uncertainty, pred.mean, pred.std, pred.interval, pred.expert_means, pred.expert_sds,
     ]  # fmt: skip
-    w, u, mean, std, interval, means, sds = _each(significant(_flat(arrays)), arrays)
-    assert w is not None and u is not None
+    u, mean, std, interval, means, sds = _each(significant(_flat(arrays)), arrays)
+    assert u is not None
     return replace(
-        pred, weights=w, uncertainty=u, mean=mean, std=std, interval=interval,
-        expert_means=means, expert_sds=sds,
+        pred, weights=float32(pred.weights), uncertainty=u, mean=mean, std=std,
+        interval=interval, expert_means=means, expert_sds=sds,
     )  # fmt: skip
 
 

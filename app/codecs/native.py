@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import orjson
 
-from app.bundle.digits import significant, written
+from app.bundle.digits import float32_values, significant, written
 from app.bundle.mixture import INTERVAL
 from app.codecs.rows import RowTemplate, row_template
 from app.contract.answers import UNCERTAINTY
@@ -180,7 +180,9 @@ def numeric_block(result: InferenceResult, include: tuple[str, ...]) -> np.ndarr
             assert p.mean is not None and p.std is not None and p.interval is not None
             parts.append(np.column_stack([p.mean, p.std, p.interval]))
     if "weights" in include:
-        parts.append(p.weights)
+        # The gate's float32 in any task: as float64, regression's weights are the values
+        # of their float32's shortest text, which nine significant digits leave alone.
+        parts.append(p.weights if classifier else np.asarray(float32_values(p.weights)))
     if "experts" in include:
         experts = p.expert_proba if p.expert_proba is not None else p.expert_means
         assert experts is not None

@@ -40,7 +40,8 @@ GUARDED = [
     ("GET", "/audit/record?request_id=x", "auditor"), ("GET", "/audit/timeline", "auditor"),
     ("GET", "/audit/timeline.json", "auditor"), ("GET", "/audit/performance", "auditor"),
     ("GET", "/audit/probe", "auditor"), ("POST", "/audit/probe", "auditor"),
-    ("GET", "/audit/bundle", "auditor"), ("GET", "/metrics", "metrics"),
+    ("GET", "/audit/bundle", "auditor"), ("GET", "/drift", "auditor"),
+    ("GET", "/metrics", "metrics"),
 ]  # fmt: skip
 SITE = """
 upstream iabma_app {{ server {upstream}; keepalive 8; }}

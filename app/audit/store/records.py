@@ -262,7 +262,7 @@ def instances_json(a: packing.Answer, version: Version) -> list[dict[str, Any]]:
     if version.task == "classification":
         w, u = float32_values(a.weights), float32_values(a.uncertainty)
     else:
-        w, u = significant(a.weights).tolist(), significant(a.uncertainty).tolist()
+        w, u = float32_values(a.weights), significant(a.uncertainty).tolist()
     classes = version.class_labels
     own: list[list[dict[str, Any]]] | None = None
     if version.task == "classification":
