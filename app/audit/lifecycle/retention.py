@@ -21,6 +21,7 @@ from typing import Any
 
 from sqlalchemy import Engine, Table, and_, delete, exists, false, func, insert, or_, select
 
+from app.audit.store import shadow_table
 from app.audit.store.chain import cut_mac, outcome_key
 from app.audit.store.engine import make_engine
 from app.audit.store.tables import cuts, links, outcome_cuts, outcome_links, outcomes, records
@@ -37,6 +38,7 @@ class Pruned:
     records: int = 0
     outcomes: int = 0
     links: int = 0
+    shadow_groups: int = 0
 
 
 def _ends(engine: Engine, before_us: int, table: Table = links) -> dict[int, tuple[int, bytes]]:
@@ -170,7 +172,7 @@ def prune(
 ) -> Pruned:
     """Remove what is older than ``before_us``: records of links wholly before it (and
     records in no link) with their outcomes, those links, outcomes left by records removed
-    otherwise, and the outcome links with no outcome left."""
+    otherwise, the outcome links with no outcome left, and the shadow's groups."""
     out = Pruned()
     ends = _ends(engine, before_us)
     if ends:
@@ -191,6 +193,11 @@ def prune(
                 delete(links).where(links.c.chain == chain, links.c.seq <= seq)
             ).rowcount
     out.links += prune_outcome_links(engine, key, before_us)
+    if shadow_table.exists(engine):  # a staged version's scores age with the records
+        sh = shadow_table.shadow.c
+        out.shadow_groups = _in_batches(
+            engine, shadow_table.shadow, [sh.last_us < before_us], sh.last_us
+        )
     return out
 
 

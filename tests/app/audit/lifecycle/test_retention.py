@@ -105,3 +105,24 @@ def test_the_movers_sqlite_commits_do_not_wait_for_the_disk(tmp_path: Path) -> N
             assert conn.exec_driver_sql("PRAGMA synchronous").scalar() == want
             assert conn.exec_driver_sql("PRAGMA journal_mode").scalar() == "wal"
         engine.dispose()
+
+
+def test_a_staged_versions_shadow_groups_age_out_with_the_records(trail: Trail) -> None:
+    from app.audit.store import shadow_table
+
+    now = now_us()
+    store = AuditStore(trail.url, 10.0, KEY)
+    store.prepare()
+    shadow_table.ensure(store.engine)
+    for rid, at in (("old", now - 10 * DAY_US), ("new", now - DAY_US)):
+        shadow_table.write(
+            store.engine,
+            shadow_table.ShadowGroup("demo", "v1", "v2", 2, [rid], [at], [1], bytes(8 * 3)),
+        )
+    from sqlalchemy import select
+
+    done = prune(store.engine, KEY, now - 5 * DAY_US)
+    with store.engine.connect() as conn:
+        left = conn.execute(select(shadow_table.shadow.c.request_ids)).scalars().all()
+    store.close()
+    assert done.shadow_groups == 1 and left == ["new"]
