@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import inspect
 import re
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -40,8 +39,8 @@ def test_every_documented_default_is_the_codes(documented) -> None:
     assert numbers(documented["patience (`n_iter_no_change`)"]) == [default("n_iter_no_change")]
     assert numbers(documented["halving"]) == [selection.SURVIVORS, 1, selection.HALVING_FRACTION]
     folds = numbers(documented["selection folds"])
-    assert folds == [5, 999, 3]
-    assert selection.AUTO_FOLDS[0] == (999, 5) and selection.AUTO_FOLDS[1] == (sys.maxsize, 3)
+    assert folds == [5, 999, 3, 3000, 1, 20]
+    assert selection.AUTO_FOLDS == ((999, 5), (3000, 3))
     assert default("validation_fraction") == 0.2
     assert numbers(documented["selection repeats"]) == [1] and selection.AUTO_REPEATS == ()
     assert numbers(documented["search row cap (`search_max_rows`)"]) == [default("search_max_rows")]

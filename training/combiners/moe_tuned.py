@@ -1,7 +1,8 @@
 """``moe_tuned``: the mixture of experts given everything the default IA-BMA gets.
 
 The same network, the same candidate search over training length with early stopping,
-the same mixture temperature and the same check against the plain combiners, with
+the same path toward stacking's pool (``pool_kl_weight``), the same mixture temperature
+and the same check against the plain combiners, with
 ``lambda`` fixed at 0 and the ``marginal`` objective: what is left is maximum-likelihood
 MoE. Beside it, the difference IA-BMA makes is what the adaptive prior adds. The ``moe``
 row stays the paper's setting (10 epochs, no early stopping, no temperature).

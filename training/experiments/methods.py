@@ -41,8 +41,8 @@ class MethodOutcome:
 
 
 _SELECTION = (
-    "candidates scored by held-out mixture NLL on inner folds of the training rows (5 "
-    "below 1000 rows, else 3), early stopping (one-SE epoch), then the chosen candidate "
+    "candidates scored by held-out mixture NLL on inner folds of the training rows (one "
+    "80/20 split above 3000 rows), early stopping (one-SE epoch), then the chosen candidate "
     "along a path toward stacking's pool (lambda_pool 0.3-10); the network ships only if "
     "it beats stacking's pool by more than one corrected resampled standard error on "
     "held-out rows that took no part in choosing it (the choice repeated without them), "

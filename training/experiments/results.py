@@ -59,11 +59,18 @@ def paired(scores: PerRep, reference: str = "iabma", metric: str = "nll") -> dic
 
 
 def searched(selected: Mapping[str, Sequence[Mapping[str, Any]]]) -> dict[str, Any]:
-    """Per searched method: the gate it shipped and the objective and lambda it chose,
-    one entry per repetition."""
+    """Per searched method: the gate it shipped and the objective, lambda and lambda_pool
+    it chose, one entry per repetition."""
     shipped = {m: [s["gate"] for s in sel] for m, sel in selected.items() if _all(sel, "gate")}
     chosen = {
-        m: [{"objective": s["objective"], "kl_weight": float(s["kl_weight"])} for s in sel]
+        m: [
+            {
+                "objective": s["objective"],
+                "kl_weight": float(s["kl_weight"]),
+                "pool_kl_weight": float(s.get("pool_kl_weight", 0.0)),
+            }
+            for s in sel
+        ]
         for m, sel in selected.items()
         if _all(sel, "objective")
     }

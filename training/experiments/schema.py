@@ -83,6 +83,7 @@ class Paired(_Strict):
 class Chosen(_Strict):
     objective: Literal["elbo", "marginal"]
     kl_weight: float = Field(ge=0.0)
+    pool_kl_weight: float = Field(default=0.0, ge=0.0)  # the point on the path to the pool
 
 
 class _Results(_Strict):

@@ -9,7 +9,6 @@ import pytest
 
 from app.bundle.prior import baseline_for_new_inputs
 from training.combiners.iabma_gate import KL_GRID, IABMAGate
-from training.combiners.pool_path import POOL_KL_GRID
 from training.combiners.selection import HALVING_FRACTION, SURVIVORS, selection_splits
 from training.errors import NotFittedError, ParameterError
 from training.evidence import prior_energy
@@ -43,11 +42,10 @@ def test_a_fixed_setting_trains_once_without_search(fitted_inputs) -> None:
 def test_auto_searches_the_grid_with_halving(fitted_inputs) -> None:
     Z, ev = fitted_inputs
     gate = IABMAGate(epochs=16).fit(Z, ev)
-    # 2 objectives x 6 lambdas (lambda=0 shared), then the winner at each lambda_pool > 0
-    path = [p for p in POOL_KL_GRID if p > 0]
-    assert len(gate.search_results_) == 12 + len(path)
-    assert [r["pool_kl_weight"] for r in gate.search_results_[12:]] == path
-    assert all(r["pool_kl_weight"] == 0 for r in gate.search_results_[:12])
+    # 2 objectives x 6 lambdas (lambda=0 shared); the network clearly wins here, so no
+    # point of the path toward the pool is trained (test_pool_path.py)
+    assert len(gate.search_results_) == 12
+    assert all(r["pool_kl_weight"] == 0 for r in gate.search_results_)
     pruned = [r for r in gate.search_results_ if "pruned_after_epoch" in r]
     assert len(pruned) == 12 - SURVIVORS
     assert all(r["pruned_after_epoch"] == 16 // HALVING_FRACTION for r in pruned)

@@ -4,7 +4,6 @@ search and the guard do in the code."""
 from __future__ import annotations
 
 import inspect
-import sys
 
 import pytest
 
@@ -38,8 +37,7 @@ def test_a_searched_row_names_the_guard_the_code_runs(name: str) -> None:
     for cls in (IABMAGate, TunedMoEGate):
         assert default(cls, "fallback") is True and default(cls, "guard_se") == 1.0
     assert "by more than one corrected resampled standard error" in text
-    # 5 folds up to the first AUTO_FOLDS bound, then 3 however many rows.
-    (small, five), (anything, three) = selection.AUTO_FOLDS
-    assert (five, three, anything) == (5, 3, sys.maxsize)
-    assert f"({five} below {small + 1} rows, else {three})" in text
+    # Folds up to the last AUTO_FOLDS bound, then one split of validation_fraction.
+    assert f"above {selection.AUTO_FOLDS[-1][0]} rows" in text
+    assert default(IABMAGate, "validation_fraction") == 0.2 and "80/20 split" in text
     assert "path toward stacking's pool" in text and default(IABMAGate, "pool_kl_weight") == "auto"
