@@ -38,26 +38,20 @@ def add_parsers(sub: Any) -> None:
 
 
 def run_promote(args: argparse.Namespace) -> int:
-    from app.bundle.pointer import RolloutError, promote
+    from app.bundle.pointer import promote
 
     if args.if_better_live:
         return stage.run_promote_live(args)
     if args.version is None:
         raise CommandError("give the VERSION to promote, or --if-better-live for the staged one")
-    try:
-        move = promote(args.store, args.name, args.version)
-    except RolloutError as exc:
-        raise CommandError(str(exc)) from None
+    move = stage.moved(promote, args.store, args.name, args.version)
     print(move.describe())
     return 0
 
 
 def run_rollback(args: argparse.Namespace) -> int:
-    from app.bundle.pointer import RolloutError, rollback
+    from app.bundle.pointer import rollback
 
-    try:
-        move = rollback(args.store, args.name)
-    except RolloutError as exc:
-        raise CommandError(str(exc)) from None
+    move = stage.moved(rollback, args.store, args.name)
     print(move.describe())
     return 0

@@ -17,8 +17,9 @@ records the figures that promoted it. Exit code 3: not promoted, and why is prin
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from app.cli.text import command
 from app.errors import CommandError, option_fault
@@ -27,6 +28,18 @@ DEFAULT_MIN_ROWS = 200
 # An advantage below this (nats per row) is the graphs' float32 rounding, not evidence: the
 # served version staged as itself differs from itself by ~1e-9, with an SE smaller still.
 FLOAT_NOISE = 1e-6
+_Move = TypeVar("_Move")
+
+
+def moved(move: Callable[..., _Move], *args: Any) -> _Move:
+    """Run a pointer move (:mod:`app.bundle.pointer`, :mod:`app.bundle.staged`); its
+    refusal becomes the CLI's one-line error."""
+    from app.bundle.pointer import RolloutError
+
+    try:
+        return move(*args)
+    except RolloutError as exc:
+        raise CommandError(str(exc)) from None
 
 
 def add_parsers(sub: Any) -> None:
@@ -63,27 +76,23 @@ def add_live_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run_stage(args: argparse.Namespace) -> int:
-    from app.bundle.pointer import RolloutError
     from app.bundle.staged import stage
 
-    try:
-        move = stage(args.store, args.name, args.version)
-    except RolloutError as exc:
-        raise CommandError(str(exc)) from None
+    move = moved(stage, args.store, args.name, args.version)
     print(f"staged {move.describe()}")
     return 0
 
 
 def run_unstage(args: argparse.Namespace) -> int:
-    from app.bundle.pointer import RolloutError
     from app.bundle.staged import unstage
 
-    try:
-        move = unstage(args.store, args.name)
-    except RolloutError as exc:
-        raise CommandError(str(exc)) from None
+    move = moved(unstage, args.store, args.name)
     print(f"unstaged {move.old}" if move else f"{args.name}: nothing was staged")
     return 0
+
+
+def _g(x: float | None, digits: int) -> str:
+    return "none" if x is None else f"{x:.{digits}g}"
 
 
 def decide(block: dict[str, Any], min_rows: int) -> str | None:
@@ -106,7 +115,7 @@ def run_promote_live(args: argparse.Namespace) -> int:
     from app.audit.read.shadow_scores import compare
     from app.audit.write.trail_db import AuditStore
     from app.bundle.loader import BundleError, read_manifest
-    from app.bundle.pointer import RolloutError, current
+    from app.bundle.pointer import current
     from app.bundle.staged import promote_staged, staged
     from app.settings import SettingsError, load_settings
 
@@ -132,8 +141,9 @@ def run_promote_live(args: argparse.Namespace) -> int:
     finally:
         store.close()
     figures = (
-        f"{block['rows']} rows, NLL served {block['served_nll']}, staged {block['staged_nll']}, "
-        f"difference {block['nll_diff']} (SE {block['paired_se']})"
+        f"{block['rows']} rows, NLL served {_g(block['served_nll'], 6)}, staged "
+        f"{_g(block['staged_nll'], 6)}, difference {_g(block['nll_diff'], 4)} "
+        f"(SE {_g(block['paired_se'], 2)})"
     )
     why = decide(block, args.min_rows)
     if why is not None:
@@ -141,9 +151,6 @@ def run_promote_live(args: argparse.Namespace) -> int:
         return 3
     keep = ("rows", "served_nll", "staged_nll", "nll_diff", "paired_se", "since", "until")
     evidence = {"rule": "if-better-live", "min_rows": args.min_rows, **{k: block[k] for k in keep}}
-    try:
-        move = promote_staged(args.store, args.name, evidence)
-    except RolloutError as exc:
-        raise CommandError(str(exc)) from None
+    move = moved(promote_staged, args.store, args.name, evidence)
     print(f"{move.describe()}: better live on {figures}")
     return 0
